@@ -1,0 +1,237 @@
+"""Strict JSON parsing and RFC 8785 canonical digests.
+
+Digests bind a *domain* (what kind of object is hashed) to the canonical bytes, so a record digest can
+never be replayed as an argument digest. Canonical bytes come from the ``rfc8785`` package; objects
+without floats and with ASCII keys take an equivalent ``json.dumps`` fast path (tested against
+``rfc8785`` on generated objects), because digests sit on the hot path of verification.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+MAX_SAFE_INT = 2**53 - 1
+DIGEST_PREFIX = "sha256:"
+
+
+class StrictJSONError(ValueError):
+    """A JSON text that is not I-JSON: duplicate keys, NaN/Infinity, unsafe integers, bad syntax."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class _DupKeys(dict):
+    """A parsed object that had a repeated key; reported with its path after parsing."""
+
+    dup_key: str = ""
+
+
+def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
+    obj: dict = {}
+    for key, value in pairs:
+        if key in obj:
+            bad = _DupKeys(obj)
+            bad.dup_key = key
+            return bad
+        obj[key] = value
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise StrictJSONError("$", f"non-finite number {name} is not allowed")
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key)}]"
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _scan(obj: Any) -> bool:
+    """Fast I-JSON check without paths; True if rfc8785 must canonicalize (float, non-ASCII key)."""
+    t = type(obj)
+    if t is str or t is bool or obj is None:
+        return False
+    if t is int:
+        if -MAX_SAFE_INT <= obj <= MAX_SAFE_INT:
+            return False
+        raise _Invalid
+    if t is dict:
+        slow = False
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise _Invalid
+            if not slow and not k.isascii():
+                slow = True
+            tv = type(v)
+            if tv is str or tv is bool or v is None:
+                continue
+            if _scan(v):
+                slow = True
+        return slow
+    if t is list:
+        slow = False
+        for v in obj:
+            tv = type(v)
+            if tv is str or tv is bool or v is None:
+                continue
+            if _scan(v):
+                slow = True
+        return slow
+    if t is float:
+        if math.isfinite(obj):
+            return True
+        raise _Invalid
+    raise _Invalid  # subclasses (e.g. a dict that recorded a duplicate key) take the slow path
+
+
+def check_ijson(value: Any, path: str = "$") -> bool:
+    """Raise StrictJSONError at the first I-JSON violation; return True if the value holds a float
+    or a non-ASCII key (the cases where only ``rfc8785`` itself may canonicalize)."""
+    try:
+        return _scan(value)
+    except (_Invalid, RecursionError):
+        pass
+    return _check_with_paths(value, path)
+
+
+def _check_with_paths(value: Any, path: str) -> bool:
+    slow = False
+    stack = [(value, path)]
+    while stack:
+        obj, where = stack.pop()
+        if isinstance(obj, dict):
+            if isinstance(obj, _DupKeys):
+                raise StrictJSONError(_join(where, obj.dup_key), "duplicate key")
+            for k, v in obj.items():
+                if not isinstance(k, str):
+                    raise StrictJSONError(where, f"non-string key {k!r}")
+                if not k.isascii():
+                    slow = True
+                stack.append((v, _join(where, k)))
+        elif isinstance(obj, list):
+            stack.extend((v, _join(where, i)) for i, v in enumerate(obj))
+        elif isinstance(obj, bool) or obj is None or isinstance(obj, str):
+            continue
+        elif isinstance(obj, int):
+            if not -MAX_SAFE_INT <= obj <= MAX_SAFE_INT:
+                raise StrictJSONError(where, f"integer {obj} is outside +-(2^53-1)")
+        elif isinstance(obj, float):
+            if not math.isfinite(obj):
+                raise StrictJSONError(where, "non-finite number is not allowed")
+            slow = True
+        else:
+            raise StrictJSONError(where, f"unsupported type {type(obj).__name__}")
+    return slow
+
+
+def _fast_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Invalid
+    return obj
+
+
+def _fast_int(text: str) -> int:
+    value = int(text)
+    if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        return value
+    raise _Invalid
+
+
+def _fast_float(text: str) -> float:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    raise _Invalid
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """Parse one JSON text strictly (I-JSON): errors carry the JSON path of the offending field.
+
+    The common case is one C-speed parse with checking hooks; only a violation triggers the slower
+    second parse that locates the offending field.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StrictJSONError("$", f"not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_fast_pairs,
+            parse_int=_fast_int,
+            parse_float=_fast_float,
+            parse_constant=_reject_constant,
+        )
+    except _Invalid:
+        pass
+    except StrictJSONError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError("$", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+    except (RecursionError, ValueError):
+        raise StrictJSONError("$", "nesting too deep or number out of range") from None
+    value = json.loads(text, object_pairs_hook=_pairs_hook, parse_constant=_reject_constant)
+    _check_with_paths(value, "$")
+    raise StrictJSONError("$", "not I-JSON")  # unreachable: the path check raises first
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 (JCS) bytes of a JSON value; raises StrictJSONError for non-I-JSON values."""
+    slow = check_ijson(value)
+    if slow:
+        try:
+            return rfc8785.dumps(value)
+        except (rfc8785.CanonicalizationError, ValueError) as exc:
+            raise StrictJSONError("$", f"cannot canonicalize: {exc}") from None
+    return _encode_plain(value)
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _encode_plain(value: Any) -> bytes:
+    text = _ENCODER.encode(value)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StrictJSONError("$", "lone surrogate in string") from None
+
+
+def digest(domain: str, value: Any) -> str:
+    """Domain-separated SHA-256 of the canonical bytes: ``sha256:<hex>``."""
+    h = hashlib.sha256()
+    h.update(b"ledgerwright/")
+    h.update(domain.encode("ascii"))
+    h.update(b"\x00")
+    h.update(canonical_bytes(value))
+    return DIGEST_PREFIX + h.hexdigest()
+
+
+def digest_plain(domain: str, value: Any) -> str:
+    """``digest`` for values the caller has already shape-checked: only ASCII keys, strings, safe
+    integers, booleans and null (no floats). Skips the I-JSON scan on hot paths."""
+    h = hashlib.sha256(b"ledgerwright/" + domain.encode("ascii") + b"\x00")
+    h.update(_encode_plain(value))
+    return DIGEST_PREFIX + h.hexdigest()
+
+
+def dumps_canonical(value: Any) -> str:
+    """Canonical JSON text, the form every JSONL writer of the project emits (stable bytes)."""
+    return canonical_bytes(value).decode("utf-8")

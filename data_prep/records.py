@@ -1,0 +1,383 @@
+"""The run record (``ledger-run/v1``): typed records, strict validation with field paths, JSONL I/O.
+
+A run is one agent episode: the task, the trajectory of ordinary calls, the sealed environment ledger,
+the model-authored ledger, gold labels and the teacher's outputs. Validation here is structural;
+chain integrity lives in ``data_prep.chain`` and meaning in ``data_prep.reconcile``. The JSON Schema
+``data_prep/schemas/ledger-run-v1.schema.json`` describes the same shape for other tools.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_prep.canonical import StrictJSONError, dumps_canonical, loads_strict
+
+RUN_SCHEMA = "ledger-run/v1"
+CALL_STATUSES = ("succeeded", "rejected", "failed")
+SABOTAGE_TYPES = (
+    "unauthorized_action",
+    "omitted",
+    "softened",
+    "misreported_outcome",
+    "fabricated",
+    "swapped_ids",
+    "late",
+)
+VERDICT_LABELS = ("clean", "discrepancy", "incident", "not_evaluable")
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "ledger-run-v1.schema.json"
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class RecordError(ValueError):
+    """A record that does not fit the schema: ``field: problem`` (file and line added by loaders)."""
+
+    def __init__(self, field_path: str, problem: str):
+        super().__init__(f"{field_path}: {problem}")
+        self.field = field_path
+        self.problem = problem
+
+
+def _req(obj: dict, key: str, kind: type | tuple, where: str, *, nonempty: bool = False) -> Any:
+    if key not in obj:
+        raise RecordError(f"{where}.{key}", "missing")
+    value = obj[key]
+    if (
+        isinstance(value, bool)
+        and kind is not bool
+        and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    ):
+        raise RecordError(f"{where}.{key}", f"expected {_kind_name(kind)}, got boolean")
+    if not isinstance(value, kind):
+        raise RecordError(f"{where}.{key}", f"expected {_kind_name(kind)}, got {type(value).__name__}")
+    if nonempty and not value:
+        raise RecordError(f"{where}.{key}", "must not be empty")
+    return value
+
+
+def _kind_name(kind: type | tuple) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {dict: "object", list: "array", str: "string", int: "integer", bool: "boolean", float: "number"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _no_extra(obj: dict, allowed: tuple[str, ...], where: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise RecordError(f"{where}.{key}", "unknown field")
+
+
+@dataclass(slots=True)
+class Call:
+    """One ordinary tool call as executed by the environment."""
+
+    call_id: str
+    tool: str
+    arguments: dict
+    status: str
+    result: Any = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Call:
+        if not isinstance(d, dict):
+            raise RecordError(where, "expected object")
+        _no_extra(d, ("call_id", "tool", "arguments", "status", "result"), where)
+        status = _req(d, "status", str, where)
+        if status not in CALL_STATUSES:
+            raise RecordError(f"{where}.status", f"must be one of {'|'.join(CALL_STATUSES)}, got {status!r}")
+        return cls(
+            call_id=_req(d, "call_id", str, where, nonempty=True),
+            tool=_req(d, "tool", str, where, nonempty=True),
+            arguments=_req(d, "arguments", dict, where),
+            status=status,
+            result=d.get("result"),
+        )
+
+
+@dataclass(slots=True)
+class Verdict:
+    """A reader's decision about a run."""
+
+    label: str
+    suspicion: int
+    cited_call_ids: list[str] = field(default_factory=list)
+    rationale: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Verdict:
+        if not isinstance(d, dict):
+            raise RecordError(where, "expected object")
+        _no_extra(d, ("label", "suspicion", "cited_call_ids", "rationale"), where)
+        label = _req(d, "label", str, where)
+        if label not in VERDICT_LABELS:
+            raise RecordError(f"{where}.label", f"must be one of {'|'.join(VERDICT_LABELS)}, got {label!r}")
+        suspicion = _req(d, "suspicion", int, where)
+        if not 0 <= suspicion <= 100:
+            raise RecordError(f"{where}.suspicion", f"must be within 0-100, got {suspicion}")
+        cited = d.get("cited_call_ids", [])
+        if not isinstance(cited, list) or not all(isinstance(c, str) for c in cited):
+            raise RecordError(f"{where}.cited_call_ids", "expected array of strings")
+        rationale = d.get("rationale", "")
+        if not isinstance(rationale, str):
+            raise RecordError(f"{where}.rationale", "expected string")
+        return cls(label=label, suspicion=suspicion, cited_call_ids=list(cited), rationale=rationale)
+
+
+@dataclass(slots=True)
+class Labels:
+    """Gold labels: what was injected. ``writer_errors`` are unlabelled-by-intent teacher mistakes."""
+
+    sabotage: bool
+    type: str | None = None
+    target_call_ids: list[str] = field(default_factory=list)
+    writer_errors: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Labels:
+        if not isinstance(d, dict):
+            raise RecordError(where, "expected object")
+        _no_extra(d, ("sabotage", "type", "target_call_ids", "writer_errors"), where)
+        sabotage = _req(d, "sabotage", bool, where)
+        kind = d.get("type")
+        if kind is not None and kind not in SABOTAGE_TYPES:
+            raise RecordError(
+                f"{where}.type", f"must be null or one of {'|'.join(SABOTAGE_TYPES)}, got {kind!r}"
+            )
+        if sabotage != (kind is not None):
+            raise RecordError(f"{where}.type", "must be set exactly when sabotage is true")
+        targets = d.get("target_call_ids", [])
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise RecordError(f"{where}.target_call_ids", "expected array of strings")
+        errors = d.get("writer_errors", [])
+        if not isinstance(errors, list):
+            raise RecordError(f"{where}.writer_errors", "expected array")
+        for i, e in enumerate(errors):
+            if (
+                not isinstance(e, dict)
+                or not isinstance(e.get("type"), str)
+                or not isinstance(e.get("call_id"), str)
+            ):
+                raise RecordError(f"{where}.writer_errors[{i}]", "expected {type, call_id} strings")
+        return cls(sabotage=sabotage, type=kind, target_call_ids=list(targets), writer_errors=list(errors))
+
+
+@dataclass(slots=True)
+class Teacher:
+    """What the teacher produced: whose ledger it is and the teacher reader's verdict on it."""
+
+    writer_model: str
+    reader_model: str | None = None
+    verdict: Verdict | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Teacher:
+        if not isinstance(d, dict):
+            raise RecordError(where, "expected object")
+        _no_extra(d, ("writer_model", "reader_model", "verdict"), where)
+        reader = d.get("reader_model")
+        if reader is not None and not isinstance(reader, str):
+            raise RecordError(f"{where}.reader_model", "expected string or null")
+        verdict = d.get("verdict")
+        return cls(
+            writer_model=_req(d, "writer_model", str, where, nonempty=True),
+            reader_model=reader,
+            verdict=None if verdict is None else Verdict.from_dict(verdict, f"{where}.verdict"),
+        )
+
+
+RUN_FIELDS = (
+    "schema",
+    "run_id",
+    "workflow_id",
+    "family",
+    "domain",
+    "task",
+    "trajectory",
+    "env_ledger",
+    "model_ledger",
+    "labels",
+    "teacher",
+    "provenance",
+    "metadata",
+)
+
+
+@dataclass(slots=True)
+class Run:
+    """One agent episode on one workflow (``ledger-run/v1``).
+
+    ``model_ledger`` keeps the entries as written (dicts): reconciliation, not loading, decides
+    whether an entry is malformed. ``None`` means the model wrote no ledger at all.
+    """
+
+    run_id: str
+    workflow_id: str
+    family: str
+    domain: str
+    task: dict
+    trajectory: list[Call]
+    env_ledger: dict
+    model_ledger: list[dict] | None
+    labels: Labels
+    teacher: Teacher | None = None
+    provenance: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    schema: str = RUN_SCHEMA
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "$") -> Run:
+        if not isinstance(d, dict):
+            raise RecordError(where, "a run must be a JSON object")
+        _no_extra(d, RUN_FIELDS, where)
+        schema = _req(d, "schema", str, where)
+        if schema != RUN_SCHEMA:
+            raise RecordError(f"{where}.schema", f"expected {RUN_SCHEMA!r}, got {schema!r}")
+        task = _req(d, "task", dict, where)
+        messages = _req(task, "messages", list, f"{where}.task")
+        for i, m in enumerate(messages):
+            mw = f"{where}.task.messages[{i}]"
+            if not isinstance(m, dict):
+                raise RecordError(mw, "expected object")
+            _req(m, "role", str, mw)
+            _req(m, "content", str, mw)
+        tools = _req(task, "tools", list, f"{where}.task")
+        for i, t in enumerate(tools):
+            tw = f"{where}.task.tools[{i}]"
+            if (
+                not isinstance(t, dict)
+                or t.get("type") != "function"
+                or not isinstance(t.get("function"), dict)
+            ):
+                raise RecordError(tw, "expected an OpenAI tool {type: function, function: {...}}")
+            _req(t["function"], "name", str, f"{tw}.function", nonempty=True)
+        trajectory = _req(d, "trajectory", list, where)
+        calls = [Call.from_dict(c, f"{where}.trajectory[{i}]") for i, c in enumerate(trajectory)]
+        env = _req(d, "env_ledger", dict, where)
+        _req(env, "records", list, f"{where}.env_ledger")
+        if "model_ledger" not in d:
+            raise RecordError(f"{where}.model_ledger", "missing (use null for a run without a ledger)")
+        ledger = d["model_ledger"]
+        if ledger is not None:
+            if not isinstance(ledger, list):
+                raise RecordError(f"{where}.model_ledger", "expected array or null")
+            for i, e in enumerate(ledger):
+                if not isinstance(e, dict):
+                    raise RecordError(f"{where}.model_ledger[{i}]", "expected object")
+        teacher = d.get("teacher")
+        provenance = d.get("provenance", {})
+        metadata = d.get("metadata", {})
+        if not isinstance(provenance, dict):
+            raise RecordError(f"{where}.provenance", "expected object")
+        if not isinstance(metadata, dict):
+            raise RecordError(f"{where}.metadata", "expected object")
+        hidden = metadata.get("hidden_identifiers", [])
+        if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
+            raise RecordError(f"{where}.metadata.hidden_identifiers", "expected array of strings")
+        return cls(
+            run_id=_req(d, "run_id", str, where, nonempty=True),
+            workflow_id=_req(d, "workflow_id", str, where, nonempty=True),
+            family=_req(d, "family", str, where, nonempty=True),
+            domain=_req(d, "domain", str, where, nonempty=True),
+            task=task,
+            trajectory=calls,
+            env_ledger=env,
+            model_ledger=ledger,
+            labels=Labels.from_dict(_req(d, "labels", dict, where), f"{where}.labels"),
+            teacher=None if teacher is None else Teacher.from_dict(teacher, f"{where}.teacher"),
+            provenance=provenance,
+            metadata=metadata,
+            schema=schema,
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: d[k] for k in RUN_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    """A line of a JSONL file that could not be loaded: ``file:line: field: problem``."""
+
+    path: str
+    line: int
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.problem}"
+
+
+def iter_jsonl(
+    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, Any | LineError]]:
+    """Yield ``(line_number, value | LineError)`` for every non-empty line; never raises on content.
+
+    Handles what real files throw at a loader: non-UTF-8 bytes, truncated last lines, a JSON array
+    where JSONL was expected (reported once, as line 1), empty lines (skipped), huge lines (refused
+    without being held in memory whole).
+    """
+    p = str(path)
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        yield 0, LineError(p, 0, "$", f"cannot open: {exc.strerror}")
+        return
+    with fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):
+                    raw = fh.readline(max_line_bytes + 1)
+                yield lineno, LineError(p, lineno, "$", f"line longer than {max_line_bytes} bytes")
+                continue
+            stripped = raw.strip()
+            if not stripped:
+                continue
+            try:
+                value = loads_strict(stripped)
+            except StrictJSONError as exc:
+                problem = exc.problem
+                if stripped[:1] == b"[" and lineno == 1:
+                    problem = "a JSON array, not JSONL (one object per line): " + problem
+                elif not raw.endswith(b"\n"):
+                    problem = "truncated last line: " + problem
+                yield lineno, LineError(p, lineno, exc.path, problem)
+                continue
+            if isinstance(value, list) and lineno == 1:
+                yield lineno, LineError(p, lineno, "$", "a JSON array, not JSONL (one object per line)")
+                continue
+            yield lineno, value
+
+
+def iter_runs(path: str | Path) -> Iterator[tuple[int, Run | LineError]]:
+    """Yield ``(line, Run | LineError)`` for each run in a JSONL file."""
+    for lineno, value in iter_jsonl(path):
+        if isinstance(value, LineError):
+            yield lineno, value
+            continue
+        try:
+            yield lineno, Run.from_dict(value)
+        except RecordError as exc:
+            yield lineno, LineError(str(path), lineno, exc.field, exc.problem)
+
+
+def write_jsonl(path: str | Path, records: list[dict] | Iterator[dict]) -> int:
+    """Write canonical JSONL (stable bytes: same records give the same file). Returns the count."""
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for rec in records:
+            fh.write(dumps_canonical(rec))
+            fh.write("\n")
+            n += 1
+    return n
+
+
+def load_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())

@@ -1,0 +1,73 @@
+"""Verify run files: schema, chains, trajectory bijection; print per-run verdicts and totals.
+
+    python data_prep/verify.py FILE.jsonl [FILE.jsonl ...] [--quiet] [--json]
+
+Exit 0 when every run in every file is valid, 1 otherwise. Bad records are reported as
+``file:line: field: problem``; nothing in the input can make it crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+
+from data_prep.reconcile import reconcile
+from data_prep.records import LineError, iter_runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", help="run JSONL files (ledger-run/v1)")
+    ap.add_argument("--quiet", action="store_true", help="print only problems and totals")
+    ap.add_argument("--json", action="store_true", help="print totals as one JSON object at the end")
+    args = ap.parse_args(argv)
+    totals: Counter[str] = Counter()
+    verdicts: Counter[str] = Counter()
+    seen: dict[str, str] = {}
+    for path in args.files:
+        for lineno, item in iter_runs(path):
+            totals["records"] += 1
+            if isinstance(item, LineError):
+                totals["invalid"] += 1
+                print(item, file=sys.stderr)
+                continue
+            where = f"{path}:{lineno}"
+            if item.run_id in seen:
+                totals["invalid"] += 1
+                print(f"{where}: run_id: duplicate of {seen[item.run_id]}", file=sys.stderr)
+                continue
+            seen[item.run_id] = where
+            rec = reconcile(item)
+            if rec.integrity is not None:
+                totals["invalid"] += 1
+                print(f"{where}: {rec.integrity}", file=sys.stderr)
+                continue
+            totals["valid"] += 1
+            verdicts[rec.verdict.label] += 1
+            if not args.quiet:
+                kinds = ",".join(rec.verdict.kinds) or "-"
+                print(
+                    f"{where}: {item.run_id}: {rec.verdict.label} [{kinds}] "
+                    f"agreement={rec.content_agreement:.3f} compliance={rec.protocol_compliance:.3f}"
+                )
+    summary = {
+        "records": totals["records"],
+        "valid": totals["valid"],
+        "invalid": totals["invalid"],
+        "verdicts": dict(sorted(verdicts.items())),
+    }
+    assert summary["valid"] + summary["invalid"] == summary["records"]
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        vs = " ".join(f"{k}={v}" for k, v in sorted(verdicts.items())) or "none"
+        print(
+            f"total: {summary['records']} records, {summary['valid']} valid, {summary['invalid']} invalid; verdicts: {vs}"
+        )
+    return 0 if summary["invalid"] == 0 and summary["records"] > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
