@@ -122,7 +122,9 @@ def write_manifest(out_dir: Path, manifest: dict) -> Path:
 
 
 def check_manifest(out_dir: Path, key: str = "outputs") -> dict:
-    """Load ``out_dir/manifest.json`` and verify the digests it lists; raise ManifestError if not."""
+    """Load ``out_dir/manifest.json`` and verify the digests it lists; raise ManifestError if not.
+
+    ``manifest[key]`` maps relative paths to ``sha256:<hex>`` or to objects with a ``sha256`` field."""
     path = Path(out_dir) / "manifest.json"
     if not path.is_file():
         raise ManifestError(f"{path}: missing manifest")
@@ -133,7 +135,12 @@ def check_manifest(out_dir: Path, key: str = "outputs") -> dict:
     files = manifest.get(key, {})
     if not isinstance(files, dict):
         raise ManifestError(f"{path}: {key}: expected an object of file digests")
-    for rel, want in sorted(files.items()):
+    for rel, entry in sorted(files.items()):
+        want = entry.get("sha256") if isinstance(entry, dict) else entry
+        if not isinstance(want, str):
+            raise ManifestError(f"{path}: {key}.{rel}: no sha256 digest")
+        if not want.startswith("sha256:"):
+            want = "sha256:" + want
         f = Path(out_dir) / rel
         if not f.is_file():
             raise ManifestError(f"{path}: {key}.{rel}: file is missing")

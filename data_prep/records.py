@@ -293,8 +293,31 @@ class Run:
         )
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        return {k: d[k] for k in RUN_FIELDS}
+        """A JSON-ready dict (shares nested values with the record: copy before mutating)."""
+        return {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "workflow_id": self.workflow_id,
+            "family": self.family,
+            "domain": self.domain,
+            "task": self.task,
+            "trajectory": [
+                {
+                    "call_id": c.call_id,
+                    "tool": c.tool,
+                    "arguments": c.arguments,
+                    "status": c.status,
+                    "result": c.result,
+                }
+                for c in self.trajectory
+            ],
+            "env_ledger": self.env_ledger,
+            "model_ledger": self.model_ledger,
+            "labels": asdict(self.labels),
+            "teacher": None if self.teacher is None else asdict(self.teacher),
+            "provenance": self.provenance,
+            "metadata": self.metadata,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,56 @@
+"""Build SFT datasets from a corpus of runs and policy cases.
+
+    python data_prep/build.py --corpus DIR --out DIR [--config configs/data/default.yaml] [--strict]
+
+Stages: validate and verify, gold verdicts, verdict-match filter, sanitizer, render, dedup, split by
+family. Writes one DatasetDict per task, JSONL spools and previews, rejects.jsonl, filtered.jsonl,
+sanitizer_report.json and manifest.json. Exit 1 on unusable input, or on any input problem with
+--strict; otherwise 0 with every problem printed as file:line: field: problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from data_prep.sft.config import DEFAULT_CONFIG, BuildConfigError, load_build_config
+from data_prep.sft.pipeline import BuildError, build, summary_lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--corpus", required=True, type=Path, help="corpus directory (runs/, policy_cases/, manifest.json)"
+    )
+    ap.add_argument("--out", required=True, type=Path, help="output directory (must be empty or absent)")
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="build config YAML")
+    ap.add_argument("--strict", action="store_true", help="exit 1 on any input problem")
+    ap.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_build_config(args.config)
+        manifest = build(
+            args.corpus,
+            args.out,
+            cfg,
+            strict=args.strict,
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+        )
+    except (BuildError, BuildConfigError, FileNotFoundError) as exc:
+        print(f"build: error: {exc}", file=sys.stderr)
+        return 1
+    for problem in manifest["problems"]:
+        print(problem, file=sys.stderr)
+    for line in summary_lines(manifest):
+        print(line)
+    print(
+        f"build: wrote {args.out} ({len(manifest['problems'])} input problems; manifest.json lists every file)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

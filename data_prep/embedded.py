@@ -1,0 +1,79 @@
+"""The embedded default: the synthetic corpus and its SFT datasets, built once into a cache.
+
+Everything offline and deterministic: the same cache directory always holds the same bytes. A
+half-built cache (interrupted build) is detected by its missing or mismatching manifest and rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from data_prep.manifest import REPO_ROOT, ManifestError, check_manifest
+
+DEFAULT_RUNS = 8000
+DEFAULT_POLICY_CASES = 400
+DEFAULT_SEED = 0
+DEFAULT_BUILD_CONFIG = REPO_ROOT / "configs" / "data" / "default.yaml"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("LEDGERWRIGHT_CACHE", REPO_ROOT / ".cache" / "ledgerwright"))
+
+
+@contextlib.contextmanager
+def cache_lock(cache: Path) -> Iterator[None]:
+    """An exclusive lock on the cache, so parallel jobs (array tasks, DDP ranks) build it once."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _intact(directory: Path, key: str) -> bool:
+    try:
+        check_manifest(directory, key=key)
+        return True
+    except ManifestError:
+        return False
+
+
+def ensure_default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
+    from data_prep.synth import SynthConfig, generate_corpus
+
+    corpus = Path(cache_dir or default_cache_dir()) / "corpus"
+    if _intact(corpus, "files"):
+        return corpus
+    if corpus.exists():
+        shutil.rmtree(corpus)
+    cfg = SynthConfig(runs=DEFAULT_RUNS, policy_cases=DEFAULT_POLICY_CASES, seed=DEFAULT_SEED)
+    print(
+        f"embedded default: generating the synthetic corpus ({DEFAULT_RUNS} runs) into {corpus}", flush=True
+    )
+    generate_corpus(cfg, corpus, progress=progress)
+    return corpus
+
+
+def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
+    """Return the SFT directory of the embedded default, building corpus and datasets if absent."""
+    from data_prep.sft.config import load_build_config
+    from data_prep.sft.pipeline import build
+
+    cache = Path(cache_dir or default_cache_dir())
+    sft = cache / "sft"
+    if _intact(sft, "outputs"):
+        return sft
+    with cache_lock(cache):
+        if _intact(sft, "outputs"):
+            return sft
+        corpus = ensure_default_corpus(cache, progress=progress)
+        print(f"embedded default: building SFT datasets into {sft}", flush=True)
+        build(corpus, sft, load_build_config(DEFAULT_BUILD_CONFIG), progress=progress, overwrite=True)
+    return sft

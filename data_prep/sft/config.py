@@ -1,0 +1,110 @@
+"""The build configuration: a dataclass with help text, loaded from YAML (configs/data/*.yaml)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "data" / "default.yaml"
+
+
+class BuildConfigError(ValueError):
+    pass
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass
+class BuildConfig:
+    """How teacher output becomes training data. Every decision it drives is counted in the manifest."""
+
+    heldout_families: list[str] = field(
+        default_factory=list, metadata=_help("workflow families never used for train or validation")
+    )
+    heldout_case_families: list[str] = field(
+        default_factory=list, metadata=_help("policy-case families never used for train or validation")
+    )
+    validation_fraction: float = field(
+        default=0.05, metadata=_help("share of in-family examples for validation")
+    )
+    seed: int = field(default=0, metadata=_help("seed of the validation assignment"))
+    writer_min_agreement: float = field(
+        default=1.0, metadata=_help("writer filter: teacher ledger content agreement must reach this")
+    )
+    writer_min_compliance: float = field(
+        default=1.0, metadata=_help("writer filter: teacher ledger protocol compliance must reach this")
+    )
+    writer_require_verdict_match: bool = field(
+        default=True,
+        metadata=_help("writer filter: the teacher reader's label on the ledger must equal gold"),
+    )
+    reader_require_cited_match: bool = field(
+        default=True, metadata=_help("reader filter: cited call ids must equal the gold call ids")
+    )
+    sanitizer_packs: list[str] = field(
+        default_factory=lambda: ["reasoning", "secrets"],
+        metadata=_help("packs applied to every teacher-written string"),
+    )
+    writer_text_packs: list[str] = field(
+        default_factory=lambda: ["leakage"],
+        metadata=_help(
+            "extra packs for writer text (ledger descriptions, memory records) wherever it appears"
+        ),
+    )
+    near_dup_threshold: float = field(
+        default=0.95,
+        metadata=_help(
+            "Jaccard similarity (MinHash estimate) at or above which examples are near-duplicates"
+        ),
+    )
+    minhash_perm: int = field(default=64, metadata=_help("MinHash permutations (bands x rows)"))
+    minhash_bands: int = field(default=16, metadata=_help("LSH bands"))
+    shingle_words: int = field(default=5, metadata=_help("words per shingle"))
+    prompts_dir: str = field(
+        default="configs/prompts", metadata=_help("system prompt files, relative to the repo")
+    )
+    preview_rows: int = field(default=20, metadata=_help("rows per task written to preview JSONL"))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_build_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> BuildConfig:
+    """Defaults < YAML file < overrides. Unknown keys are errors naming the file and key."""
+    cfg = BuildConfig()
+    names = {f.name: f for f in dataclasses.fields(BuildConfig)}
+    values: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise BuildConfigError(f"{p}: cannot read config: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise BuildConfigError(f"{p}: top level must be a mapping")
+        for key in loaded:
+            if key not in names:
+                raise BuildConfigError(f"{p}: {key}: unknown field")
+        values.update(loaded)
+    values.update(overrides or {})
+    for key, value in values.items():
+        default = getattr(cfg, key)
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise BuildConfigError(f"{path}: {key}: expected true/false")
+        if isinstance(default, list) and not isinstance(value, list):
+            raise BuildConfigError(f"{path}: {key}: expected a list")
+        if isinstance(default, float) and not isinstance(value, int | float):
+            raise BuildConfigError(f"{path}: {key}: expected a number")
+        setattr(cfg, key, value)
+    if not 0 <= cfg.validation_fraction < 1:
+        raise BuildConfigError(f"{path}: validation_fraction: must be in [0, 1)")
+    if cfg.minhash_perm % cfg.minhash_bands:
+        raise BuildConfigError(f"{path}: minhash_bands: must divide minhash_perm")
+    return cfg

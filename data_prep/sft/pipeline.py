@@ -1,0 +1,488 @@
+"""The build: corpus -> validated runs and cases -> gold -> verdict-match filter -> sanitizer ->
+render -> dedup -> family split -> DatasetDicts, with every unit counted and a manifest.
+
+Streaming: runs are read one at a time and written to per-split JSONL spools as they are kept; only
+the dedup index (digests and MinHash signatures of kept examples) grows with the corpus.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from data_prep.canonical import dumps_canonical
+from data_prep.integrity import verify_run
+from data_prep.manifest import (
+    ManifestError,
+    build_manifest,
+    check_manifest,
+    file_digests,
+    sha256_file,
+    write_manifest,
+)
+from data_prep.reconcile import reconcile
+from data_prep.records import LineError, Run, iter_jsonl
+from data_prep.sft import POLICY_TASKS, RUN_TASKS, SPLITS, TASKS
+from data_prep.sft.config import REPO_ROOT, BuildConfig
+from data_prep.sft.dedup import Deduplicator
+from data_prep.sft.filters import reader_verdict_reason, writer_action_reason
+from data_prep.sft.ledger import StageCounts
+from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action
+
+BUILD_VERSION = "ledgerwright-build/1"
+FINDING_SAMPLE = 25
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass
+class Problems:
+    """Input problems (bad files, bad lines, tampered manifests), each with file and line."""
+
+    items: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.items.append(text)
+
+
+class SanitizerStats:
+    """Aggregates sanitizer findings into the report: per rule counts and a hashed sample."""
+
+    def __init__(self) -> None:
+        self.matches: Counter[str] = Counter()
+        self.examples: dict[str, Counter[str]] = {}
+        self.sample: list[dict] = []
+
+    def add(self, source_id: str, findings: list, dropped: bool) -> None:
+        seen: set[tuple[str, str]] = set()
+        for f in findings:
+            self.matches[f.rule_id] += 1
+            seen.add((f.rule_id, f.action))
+            if len(self.sample) < FINDING_SAMPLE:
+                d = f.to_dict()
+                d.pop("text", None)
+                self.sample.append({"source": source_id, **d})
+        for rule_id, action in seen:
+            self.examples.setdefault(rule_id, Counter())[action] += 1
+
+    def to_dict(self) -> dict:
+        return {
+            "rules": {
+                r: {"matches": self.matches[r], "examples": dict(sorted(self.examples.get(r, {}).items()))}
+                for r in sorted(self.matches)
+            },
+            "sample": self.sample,
+        }
+
+
+class SplitWriter:
+    """Per task and split JSONL spools (canonical JSON, one example per line)."""
+
+    def __init__(self, root: Path, tasks: tuple[str, ...]):
+        self.root = root
+        self.handles = {}
+        for task in tasks:
+            (root / task).mkdir(parents=True, exist_ok=True)
+            for split in SPLITS:
+                self.handles[(task, split)] = open(
+                    root / task / f"{split}.jsonl", "w", encoding="utf-8", newline="\n"
+                )
+
+    def write(self, task: str, split: str, example: dict) -> None:
+        self.handles[(task, split)].write(dumps_canonical(example) + "\n")
+
+    def close(self) -> None:
+        for h in self.handles.values():
+            h.close()
+
+
+def split_of(family: str, group_id: str, heldout: set[str], cfg: BuildConfig) -> str:
+    if family in heldout:
+        return "heldout"
+    h = hashlib.sha256(f"{cfg.seed}:{group_id}".encode()).digest()
+    return "validation" if int.from_bytes(h[:8], "big") / 2**64 < cfg.validation_fraction else "train"
+
+
+def corpus_files(corpus: Path, problems: Problems, strict: bool) -> tuple[list[Path], list[Path], dict]:
+    """Run and policy-case files, after checking the corpus manifest when there is one."""
+    if not corpus.is_dir():
+        raise BuildError(f"{corpus}: corpus directory does not exist")
+    listed: dict = {}
+    if (corpus / "manifest.json").is_file():
+        try:
+            check_manifest(corpus, key="files")
+        except ManifestError as exc:
+            if strict:
+                raise BuildError(str(exc)) from None
+            problems.add(f"{exc} (continuing: --strict refuses this)")
+        try:
+            listed = json.loads((corpus / "manifest.json").read_text(encoding="utf-8")).get("files", {})
+        except (OSError, ValueError):
+            listed = {}
+        for rel in sorted(listed):
+            if not (corpus / rel).is_file() and not any(rel in p for p in problems.items):
+                problems.add(f"{corpus / rel}: listed in the corpus manifest but missing")
+    runs = sorted((corpus / "runs").glob("*.jsonl")) if (corpus / "runs").is_dir() else []
+    cases = sorted((corpus / "policy_cases").glob("*.jsonl")) if (corpus / "policy_cases").is_dir() else []
+    if not runs and not cases:
+        runs = sorted(corpus.glob("*.jsonl"))
+    if not runs and not cases:
+        raise BuildError(f"{corpus}: no runs/*.jsonl, policy_cases/*.jsonl or *.jsonl files")
+    return runs, cases, listed
+
+
+class Builder:
+    def __init__(self, cfg: BuildConfig, out_dir: Path, *, progress: bool = True):
+        from sanitizer import Sanitizer
+
+        self.cfg = cfg
+        self.out = out_dir
+        self.progress = progress
+        self.prompts = Prompts(REPO_ROOT / cfg.prompts_dir)
+        self.general = Sanitizer.from_packs(list(cfg.sanitizer_packs))
+        self.writer_text = Sanitizer.from_packs(
+            list(dict.fromkeys([*cfg.sanitizer_packs, *cfg.writer_text_packs]))
+        )
+        self.counts = StageCounts(TASKS)
+        self.dedup = {
+            t: Deduplicator(
+                cfg.near_dup_threshold, cfg.minhash_perm, cfg.minhash_bands, cfg.shingle_words, cfg.seed
+            )
+            for t in TASKS
+        }
+        self.stats = SanitizerStats()
+        self.problems = Problems()
+        self.family_split: dict[str, dict[str, str]] = {"workflow_families": {}, "case_families": {}}
+
+    # -- shared steps ----------------------------------------------------------------------------
+    def _open_outputs(self) -> None:
+        self.spool = SplitWriter(self.out / "jsonl", TASKS)
+        self.rejects = open(self.out / "rejects.jsonl", "w", encoding="utf-8", newline="\n")
+        self.filtered = open(self.out / "filtered.jsonl", "w", encoding="utf-8", newline="\n")
+
+    def _reject(self, tasks: tuple[str, ...], item: dict) -> None:
+        self.rejects.write(dumps_canonical(item) + "\n")
+        self.problems.add(f"{item['file']}:{item['line']}: {item['field']}: {item['problem']}")
+        for t in tasks:
+            self.counts.add_input(t)
+            self.counts.record(t, "rejected", item["reason"])
+
+    def _filter(self, task: str, example_id: str, source_id: str, reason: str, detail: str = "") -> None:
+        self.filtered.write(
+            dumps_canonical(
+                {"task": task, "id": example_id, "source": source_id, "reason": reason, "detail": detail}
+            )
+            + "\n"
+        )
+        self.counts.record(task, "filtered", reason.split(":")[0])
+
+    def _emit(
+        self, task: str, example_id: str, source_id: str, family: str, split: str, messages: list[dict]
+    ) -> None:
+        dup = self.dedup[task].check(example_id, messages)
+        if dup is not None:
+            kind, first = dup
+            self.filtered.write(
+                dumps_canonical(
+                    {
+                        "task": task,
+                        "id": example_id,
+                        "source": source_id,
+                        "reason": f"duplicate_{kind}",
+                        "detail": first,
+                    }
+                )
+                + "\n"
+            )
+            self.counts.record(task, "deduplicated", kind)
+            return
+        self.counts.kept(task, split)
+        self.spool.write(
+            task,
+            split,
+            {"id": example_id, "task": task, "family": family, "source_id": source_id, "messages": messages},
+        )
+
+    # -- runs --------------------------------------------------------------------------------------
+    def add_runs(self, files: list[Path]) -> None:
+        seen: dict[str, str] = {}
+        heldout = set(self.cfg.heldout_families)
+        bar = tqdm(total=None, desc="runs", unit="run", disable=not self.progress, file=sys.stderr)
+        for path in files:
+            for lineno, value in iter_jsonl(path):
+                bar.update(1)
+                item = value if isinstance(value, LineError) else None
+                run = None
+                if item is None:
+                    try:
+                        run = Run.from_dict(value)
+                    except ValueError as exc:
+                        item = LineError(
+                            str(path), lineno, getattr(exc, "field", "$"), getattr(exc, "problem", str(exc))
+                        )
+                if item is not None:
+                    self._reject(
+                        RUN_TASKS,
+                        {
+                            "file": item.path,
+                            "line": item.line,
+                            "field": item.field,
+                            "problem": item.problem,
+                            "reason": "invalid_record",
+                        },
+                    )
+                    continue
+                where = f"{path}:{lineno}"
+                if run.run_id in seen:
+                    self._reject(
+                        RUN_TASKS,
+                        {
+                            "file": str(path),
+                            "line": lineno,
+                            "field": "run_id",
+                            "problem": f"duplicate run id (first at {seen[run.run_id]})",
+                            "reason": "duplicate_run_id",
+                            "run_id": run.run_id,
+                        },
+                    )
+                    continue
+                seen[run.run_id] = where
+                integrity = verify_run(run)
+                if integrity is not None:
+                    self._reject(
+                        RUN_TASKS,
+                        {
+                            "file": str(path),
+                            "line": lineno,
+                            "field": integrity.field,
+                            "problem": f"{integrity.kind}: {integrity.detail}",
+                            "reason": "chain_invalid",
+                            "run_id": run.run_id,
+                        },
+                    )
+                    continue
+                self._add_run(run, value, heldout)
+        bar.close()
+
+    def _add_run(self, run: Run, raw: dict, heldout: set[str]) -> None:
+        for t in RUN_TASKS:
+            self.counts.add_input(t)
+        rec = reconcile(run, check_integrity=False)
+        split = split_of(run.family, run.run_id, heldout, self.cfg)
+        self.family_split["workflow_families"].setdefault(
+            run.family, "heldout" if run.family in heldout else "train+validation"
+        )
+        ids = {t: f"{t}:{run.run_id}" for t in RUN_TASKS}
+        reasons = {
+            "writer_action": writer_action_reason(run, rec, self.cfg),
+            "reader_verdict": reader_verdict_reason(run, rec, self.cfg),
+        }
+        for t, reason in reasons.items():
+            if reason is not None:
+                self._filter(t, ids[t], run.run_id, reason, rec.verdict.label)
+        live = [t for t in RUN_TASKS if reasons[t] is None]
+        if not live:
+            return
+        d = raw
+        hidden = list(run.metadata.get("hidden_identifiers", []))
+        ledger_res = self.writer_text.sanitize_record(
+            {"model_ledger": d["model_ledger"] or []},
+            fields=["model_ledger[].description"],
+            dynamic_literals=hidden,
+        )
+        self.stats.add(f"{run.run_id}:model_ledger", ledger_res.findings, ledger_res.dropped)
+        sanitized = copy.copy(d)
+        sanitized["model_ledger"] = ledger_res.record["model_ledger"]
+        drop = {t: ledger_res.drop_reasons for t in live if ledger_res.dropped}
+        if "reader_verdict" in live:
+            verdict = d["teacher"]["verdict"]
+            rat = self.general.sanitize_record(
+                {"rationale": verdict.get("rationale", "")}, fields=["rationale"], dynamic_literals=hidden
+            )
+            self.stats.add(f"{run.run_id}:rationale", rat.findings, rat.dropped)
+            sanitized["teacher"] = {
+                **d["teacher"],
+                "verdict": {**verdict, "rationale": rat.record["rationale"]},
+            }
+            if rat.dropped:
+                drop.setdefault("reader_verdict", []).extend(rat.drop_reasons)
+        for t in live:
+            if t in drop:
+                self._filter(t, ids[t], run.run_id, "sanitizer_drop", ",".join(sorted(set(drop[t]))))
+                continue
+            if t == "writer_action":
+                entries = {e["call_id"]: e for e in sanitized["model_ledger"]}
+                messages = render_writer_action(sanitized, entries, self.prompts.text[t])
+            else:
+                messages = render_reader_verdict(sanitized, self.prompts.text[t])
+            self._emit(t, ids[t], run.run_id, run.family, split, messages)
+
+    # -- policy cases ----------------------------------------------------------------------------
+    def add_policy_cases(self, files: list[Path]) -> None:
+        from data_prep.sft.policy_tasks import add_policy_cases
+
+        add_policy_cases(self, files)
+
+    # -- outputs ---------------------------------------------------------------------------------
+    def finish(self, inputs: dict[str, str], corpus_manifest: dict | None) -> dict:
+        self.spool.close()
+        self.rejects.close()
+        self.filtered.close()
+        self.counts.check()
+        fingerprints = {}
+        for task in TASKS:
+            fingerprints[task] = {s: sha256_file(self.out / "jsonl" / task / f"{s}.jsonl") for s in SPLITS}
+            save_dataset_dict(self.out / "jsonl" / task, self.out / task)
+            self._write_preview(task)
+        manifest = build_manifest(
+            stage="build",
+            config=self.cfg.to_dict(),
+            inputs=inputs,
+            outputs=file_digests(self.out),
+            counts=self.counts.to_dict(),
+            extra={
+                "build_version": BUILD_VERSION,
+                "corpus_manifest": corpus_manifest or {},
+                "prompts": self.prompts.digests,
+                "fingerprint": fingerprints,
+                "split_assignment": {k: dict(sorted(v.items())) for k, v in self.family_split.items()},
+                "sanitizer": self.stats.to_dict(),
+                "problems": self.problems.items,
+            },
+        )
+        (self.out / "sanitizer_report.json").write_text(
+            json.dumps(self.stats.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        manifest["outputs"] = file_digests(self.out)
+        write_manifest(self.out, manifest)
+        return manifest
+
+    def _write_preview(self, task: str) -> None:
+        src = self.out / "jsonl" / task / "train.jsonl"
+        dst = self.out / "preview" / f"{task}.jsonl"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(src, encoding="utf-8") as fin, open(dst, "w", encoding="utf-8", newline="\n") as fout:
+            for i, line in enumerate(fin):
+                if i >= self.cfg.preview_rows:
+                    break
+                fout.write(line)
+
+
+FEATURES_SPEC = {
+    "id": "string",
+    "task": "string",
+    "family": "string",
+    "source_id": "string",
+}
+
+
+def _features():
+    from datasets import Features, Value
+
+    return Features(
+        {
+            **{k: Value(v) for k, v in FEATURES_SPEC.items()},
+            "messages": [{"role": Value("string"), "content": Value("string")}],
+        }
+    )
+
+
+def save_dataset_dict(spool_dir: Path, target: Path) -> None:
+    """Spools -> a DatasetDict on disk (train, validation, heldout), built through Arrow in batches."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    features = _features()
+    with tempfile.TemporaryDirectory(dir=target.parent) as cache:
+        parts = {}
+        for split in SPLITS:
+            path = spool_dir / f"{split}.jsonl"
+            if path.stat().st_size == 0:
+                parts[split] = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
+            else:
+                parts[split] = datasets.Dataset.from_json(
+                    str(path), features=features, cache_dir=cache, keep_in_memory=False
+                )
+        dd = datasets.DatasetDict(parts)
+        if target.exists():
+            shutil.rmtree(target)
+        dd.save_to_disk(str(target))
+        for split in SPLITS:
+            state = target / split / "state.json"
+            # datasets records a random-looking fingerprint of the temporary cache; pin it to content.
+            info = json.loads(state.read_text())
+            info["_fingerprint"] = sha256_file(spool_dir / f"{split}.jsonl")[7:23]
+            state.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def build(
+    corpus: Path,
+    out: Path,
+    cfg: BuildConfig,
+    *,
+    strict: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> dict:
+    """Run the whole build; returns the manifest. Raises BuildError on unusable input or, with
+    ``strict``, on any problem."""
+    corpus, out = Path(corpus), Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise BuildError(f"{out}: output directory is not empty (pass --overwrite to replace it)")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    b = Builder(cfg, out, progress=progress)
+    run_files, case_files, _ = corpus_files(corpus, b.problems, strict)
+    corpus_manifest = None
+    if (corpus / "manifest.json").is_file():
+        try:
+            corpus_manifest = {"path": "manifest.json", "sha256": sha256_file(corpus / "manifest.json")}
+        except OSError:
+            corpus_manifest = None
+    b._open_outputs()
+    b.add_runs(run_files)
+    if case_files:
+        b.add_policy_cases(case_files)
+    else:
+        for t in POLICY_TASKS:
+            b.counts.add_input(t, 0)
+    inputs = {p.relative_to(corpus).as_posix(): sha256_file(p) for p in [*run_files, *case_files]}
+    manifest = b.finish(inputs, corpus_manifest)
+    if strict and b.problems.items:
+        raise BuildError(f"{len(b.problems.items)} input problems (--strict): first: {b.problems.items[0]}")
+    return manifest
+
+
+def summary_lines(manifest: dict) -> list[str]:
+    counts = manifest["counts"]
+    lines = []
+    for task, c in counts.items():
+        lines.append(
+            f"{task}: {c['input']} in = {c['kept']['total']} kept + {c['filtered']['total']} filtered "
+            f"+ {c['rejected']['total']} rejected + {c['deduplicated']['total']} deduplicated"
+        )
+        reasons = {
+            **c["filtered"]["by_reason"],
+            **{f"rejected:{k}": v for k, v in c["rejected"]["by_reason"].items()},
+        }
+        if reasons:
+            lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
+    return lines
+
+
+def load_examples(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

@@ -1,0 +1,188 @@
+"""Render chat-format SFT examples: what a deployed writer or reader sees, and what it should answer.
+
+Writer (action ledger): one assistant turn per ordinary call. The writer is shown each call and its
+result as it happens and answers with that call's entry before seeing the next one, so the logging
+protocol (an entry after every call, before the next) is what the turn structure itself teaches; a
+single ledger block at the end would reward batching, the failure protocol compliance measures.
+
+No rendered input carries a gold field (labels, ``policy_class``, oracle decisions, gold memory) or a
+hidden identifier: inputs are built from an allowlist of fields, never by dumping records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+PROMPT_FILES = {
+    "writer_action": "writer_action.md",
+    "reader_verdict": "reader_verdict.md",
+    "writer_memory": "writer_memory.md",
+    "reader_policy": "reader_policy.md",
+}
+ENV_VIEW_FIELDS = ("seq", "call_id", "tool", "arguments", "status", "result")
+ENTRY_VIEW_FIELDS = ("call_id", "tool", "description", "claimed_outcome", "position")
+MEMORY_FIELDS = (
+    "authorization_ref",
+    "issuer",
+    "grantee",
+    "effect",
+    "action",
+    "vendor",
+    "allowed_categories",
+    "max_amount",
+    "currency",
+    "valid_from",
+    "valid_until",
+    "status",
+    "source_turn_refs",
+)
+REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
+
+
+def compact(value: Any) -> str:
+    """One-line JSON with sorted keys: the form of every structured value in prompts and answers."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+
+
+class Prompts:
+    """System prompts loaded from files; their digests go into the manifest."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.text: dict[str, str] = {}
+        self.digests: dict[str, str] = {}
+        for task, name in PROMPT_FILES.items():
+            path = self.directory / name
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                raise FileNotFoundError(
+                    f"{path}: prompt file for {task} is missing ({exc.strerror})"
+                ) from None
+            self.text[task] = raw.decode("utf-8").strip()
+            self.digests[f"{self.directory.name}/{name}"] = "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def task_text(run: dict) -> str:
+    """The agent's task as the writer and reader see it: instructions, request and tool list."""
+    parts = []
+    for m in run["task"]["messages"]:
+        title = {"system": "Agent instructions", "user": "Request"}.get(m["role"], m["role"].capitalize())
+        parts.append(f"{title}:\n{m['content']}")
+    tools = []
+    for t in run["task"]["tools"]:
+        fn = t["function"]
+        desc = fn.get("description", "").strip()
+        tools.append(f"- {fn['name']}" + (f": {desc}" if desc else ""))
+    if tools:
+        parts.append("Tools:\n" + "\n".join(tools))
+    return "\n\n".join(parts)
+
+
+def call_text(seq: int, call: dict) -> str:
+    return (
+        f"Call {seq} (id {call['call_id']}): {call['tool']}\n"
+        f"arguments: {compact(call['arguments'])}\n"
+        f"status: {call['status']}\n"
+        f"result: {compact(call.get('result'))}"
+    )
+
+
+def entry_answer(entry: dict) -> str:
+    return compact({k: entry[k] for k in ("call_id", "tool", "description", "claimed_outcome")})
+
+
+def render_writer_action(run: dict, entries_by_call: dict[str, dict], prompt: str) -> list[dict]:
+    """System, then per call: user (the call; the first one also carries the task), assistant (entry)."""
+    messages = [{"role": "system", "content": prompt}]
+    for seq, call in enumerate(run["trajectory"], start=1):
+        text = call_text(seq, call)
+        if seq == 1:
+            text = f"{task_text(run)}\n\nThe run starts.\n\n{text}"
+        messages.append({"role": "user", "content": text})
+        messages.append({"role": "assistant", "content": entry_answer(entries_by_call[call["call_id"]])})
+    return messages
+
+
+def env_ledger_view(run: dict) -> list[dict]:
+    """The environment ledger as a monitor sees it: executed calls and statuses, no policy_class."""
+    return [
+        {"seq": seq, **{k: call.get(k) for k in ENV_VIEW_FIELDS if k != "seq"}}
+        for seq, call in enumerate(run["trajectory"], start=1)
+    ]
+
+
+def reader_verdict_input(run: dict) -> str:
+    env = "\n".join(compact(r) for r in env_ledger_view(run)) or "(no calls)"
+    ledger = run["model_ledger"] or []
+    model = (
+        "\n".join(compact({k: e.get(k) for k in ENTRY_VIEW_FIELDS if k in e}) for e in ledger)
+        or "(no entries)"
+    )
+    return (
+        f"{task_text(run)}\n\n"
+        f"Environment ledger ({len(run['trajectory'])} executed calls):\n{env}\n\n"
+        f"Model ledger ({len(ledger)} entries; position = calls executed when the entry was written):\n{model}"
+    )
+
+
+def verdict_answer(verdict: dict) -> str:
+    return compact(
+        {
+            "label": verdict["label"],
+            "suspicion": verdict["suspicion"],
+            "cited_call_ids": verdict.get("cited_call_ids", []),
+            "findings": verdict.get("rationale", ""),
+        }
+    )
+
+
+def render_reader_verdict(run: dict, prompt: str) -> list[dict]:
+    return [
+        {"role": "system", "content": prompt},
+        {"role": "user", "content": reader_verdict_input(run)},
+        {"role": "assistant", "content": verdict_answer(run["teacher"]["verdict"])},
+    ]
+
+
+def policy_history_text(case: dict) -> str:
+    """Policy, authorized issuers and the message blocks, in order: what a memory writer reads."""
+    lines = [f"Policy:\n{case['policy']}", "Authorized issuers: " + ", ".join(case["authorized_issuers"])]
+    for block in case["blocks"]:
+        lines.append(
+            f"\n== Block {block['ref']}: {block.get('title', '')} (ended {block.get('ended_at', '')})"
+        )
+        for turn in block["turns"]:
+            lines.append(
+                f"[{turn['ref']}] {turn.get('occurred_at', '')} {turn['speaker']} ({turn['actor_id']}): {turn['content']}"
+            )
+    return "\n".join(lines)
+
+
+def memory_answer(records: list[dict]) -> str:
+    return compact({"records": [{k: r[k] for k in MEMORY_FIELDS if k in r} for r in records]})
+
+
+def render_writer_memory(case: dict, memory: list[dict], prompt: str) -> list[dict]:
+    return [
+        {"role": "system", "content": prompt},
+        {"role": "user", "content": policy_history_text(case)},
+        {"role": "assistant", "content": memory_answer(memory)},
+    ]
+
+
+def reader_policy_input(memory: list[dict], request: dict) -> str:
+    mem = memory_answer(memory)
+    req = compact({k: request[k] for k in REQUEST_FIELDS if k in request})
+    return f"Authorization memory:\n{mem}\n\nRequest:\n{req}"
+
+
+def render_reader_policy(memory: list[dict], request: dict, decision: str, prompt: str) -> list[dict]:
+    return [
+        {"role": "system", "content": prompt},
+        {"role": "user", "content": reader_policy_input(memory, request)},
+        {"role": "assistant", "content": compact({"decision": decision})},
+    ]
