@@ -66,7 +66,9 @@ class BuildConfig:
     )
     minhash_perm: int = field(default=64, metadata=_help("MinHash permutations (bands x rows)"))
     minhash_bands: int = field(default=16, metadata=_help("LSH bands"))
-    shingle_words: int = field(default=5, metadata=_help("words per shingle"))
+    shingle_bytes: int = field(
+        default=24, metadata=_help("bytes per shingle (UTF-8 windows of the conversation)")
+    )
     prompts_dir: str = field(
         default="configs/prompts", metadata=_help("system prompt files, relative to the repo")
     )

@@ -1,7 +1,7 @@
 """Exact and near-duplicate detection over rendered examples.
 
 Exact: the canonical digest of the messages. Near: the same answers (assistant turns identical) to
-nearly the same prompt: MinHash over word shingles of the whole conversation with LSH banding, so a
+nearly the same prompt: MinHash over byte shingles of the conversation (system prompt excluded) with LSH banding, so a
 new example is compared only with candidates that share a band and its answers; a candidate is a
 duplicate when its estimated Jaccard similarity reaches the threshold. Requiring identical answers
 keeps contrastive pairs (one request in scope, a near-identical one out of scope) apart: they
@@ -10,8 +10,6 @@ so the same corpus always keeps the same examples.
 """
 
 from __future__ import annotations
-
-import zlib
 
 import numpy as np
 
@@ -29,52 +27,48 @@ class Deduplicator:
         threshold: float = 0.95,
         num_perm: int = 64,
         bands: int = 16,
-        shingle_words: int = 5,
+        shingle_bytes: int = 24,
         seed: int = 0,
+        sample: int = 4,
     ):
         if num_perm % bands:
             raise ValueError("bands must divide num_perm")
         self.threshold = threshold
         self.bands = bands
         self.rows = num_perm // bands
-        self.k = shingle_words
+        self.shingle_bytes = shingle_bytes
+        self.sample = sample
         rng = np.random.default_rng(seed)
         self.a = rng.integers(1, _PRIME, size=num_perm, dtype=np.uint64)
         self.b = rng.integers(0, _PRIME, size=num_perm, dtype=np.uint64)
+        self.a31 = self.a % np.uint64(1 << 31)
         self.exact: dict[str, str] = {}
-        self._word_hash: dict[str, int] = {}
         self.buckets: dict[tuple[int, str], list[int]] = {}
         self.signatures: list[np.ndarray] = []
         self.ids: list[str] = []
 
-    def _words(self, text: str) -> np.ndarray:
-        cache = self._word_hash
-        out = []
-        for w in text.split():
-            h = cache.get(w)
-            if h is None:
-                h = cache[w] = zlib.crc32(w.encode("utf-8"))
-                if len(cache) > 1_000_000:
-                    cache.clear()
-            out.append(h)
-        return np.array(out, dtype=np.uint64)
-
     def signature(self, text: str) -> np.ndarray:
-        """MinHash signature of the set of word k-shingles (a shingle hashed as a polynomial of its
-        word hashes, wrapping mod 2^64: deterministic and vectorized)."""
-        words = self._words(text)
-        if len(words) == 0:
-            words = np.zeros(1, dtype=np.uint64)
-        k = min(self.k, len(words))
-        n = len(words) - k + 1
-        shingles = np.zeros(n, dtype=np.uint64)
+        """MinHash signature of the example's shingles: byte windows of ``shingle_bytes`` hashed by a
+        polynomial rolling hash (vectorized, wrapping mod 2^64), then a fixed 1-in-``sample`` subset
+        (chosen by hash value, so two texts keep the same shingles) to bound the work per example."""
+        data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint64)
+        w = min(self.shingle_bytes, len(data))
+        if w == 0:
+            data, w = np.zeros(1, dtype=np.uint64), 1
+        n = len(data) - w + 1
+        h = np.zeros(n, dtype=np.uint64)
         base = np.uint64(1_000_003)
-        for j in range(k):
-            shingles = shingles * base + words[j : j + n]
-        hashes = np.unique(shingles & np.uint64(0xFFFFFFFF))
+        for j in range(w):
+            h = h * base + data[j : j + n]
+        h ^= h >> np.uint64(29)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(32)
+        kept = h[(h % np.uint64(self.sample)) == 0]
+        if len(kept) == 0:
+            kept = h[:1]
+        hashes = np.unique(kept & np.uint64(0xFFFFFFFF))
         # (a*x + b) mod p: x < 2^32 and a < 2^31 keep the product below 2^63.
-        a = self.a % np.uint64(1 << 31)
-        mixed = (hashes[:, None] * a[None, :] + self.b[None, :]) % np.uint64(_PRIME)
+        mixed = (hashes[:, None] * self.a31[None, :] + self.b[None, :]) % np.uint64(_PRIME)
         return mixed.min(axis=0)
 
     def check(self, example_id: str, messages: list[dict]) -> tuple[str, str] | None:

@@ -158,7 +158,7 @@ class Builder:
         self.counts = StageCounts(TASKS)
         self.dedup = {
             t: Deduplicator(
-                cfg.near_dup_threshold, cfg.minhash_perm, cfg.minhash_bands, cfg.shingle_words, cfg.seed
+                cfg.near_dup_threshold, cfg.minhash_perm, cfg.minhash_bands, cfg.shingle_bytes, cfg.seed
             )
             for t in TASKS
         }

@@ -1,0 +1,81 @@
+"""Whole-pipeline build throughput (runs/s) and peak memory, beside merely reading the corpus.
+
+    python bench/build.py [--runs 20000] [--seed 0]
+
+Generates a synthetic corpus, then in separate processes (so each peak RSS is its own): (1) read and
+``json.loads`` every line, (2) the full build. Prints runs/s, the ratio, and peak RSS; a second build
+on a quarter of the corpus shows whether memory grows with corpus size. Target: >= 1,000 runs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD_READ = """
+import json, resource, sys, time
+from pathlib import Path
+t = time.perf_counter(); n = 0
+for p in sorted(Path(sys.argv[1]).glob('runs/*.jsonl')):
+    with open(p, encoding='utf-8') as fh:
+        for line in fh:
+            json.loads(line); n += 1
+print(json.dumps({'runs': n, 'seconds': time.perf_counter() - t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+CHILD_BUILD = """
+import json, resource, sys, time
+from pathlib import Path
+from data_prep.sft.config import load_build_config
+from data_prep.sft.pipeline import build
+import datasets  # imported before timing: a fixed cost, not per-run work
+cfg = load_build_config(sys.argv[3])
+t = time.perf_counter()
+m = build(Path(sys.argv[1]), Path(sys.argv[2]), cfg, progress=False)
+runs = m['counts']['writer_action']['input']
+print(json.dumps({'runs': runs, 'seconds': time.perf_counter() - t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    from data_prep.synth import SynthConfig, generate_corpus
+
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "data" / "default.yaml")
+    with tempfile.TemporaryDirectory() as tmp:
+        big, small = Path(tmp) / "big", Path(tmp) / "small"
+        t = time.perf_counter()
+        generate_corpus(SynthConfig(runs=args.runs, policy_cases=0, seed=args.seed), big)
+        generate_corpus(SynthConfig(runs=args.runs // 4, policy_cases=0, seed=args.seed), small)
+        print(f"generated corpora in {time.perf_counter() - t:.1f} s")
+        read = child(CHILD_READ, str(big))
+        full = child(CHILD_BUILD, str(big), str(Path(tmp) / "out-big"), config)
+        quarter = child(CHILD_BUILD, str(small), str(Path(tmp) / "out-small"), config)
+    rate = full["runs"] / full["seconds"]
+    print(f"read + json.loads: {read['runs'] / read['seconds']:10.0f} runs/s  peak {read['peak_mb']:.0f} MB")
+    print(
+        f"full build:        {rate:10.0f} runs/s  peak {full['peak_mb']:.0f} MB  ({full['runs']} runs, {full['seconds']:.1f} s)"
+    )
+    print(f"ratio build / read time: {full['seconds'] / read['seconds']:.1f}x")
+    print(
+        f"memory vs corpus size: {quarter['runs']} runs -> {quarter['peak_mb']:.0f} MB, "
+        f"{full['runs']} runs -> {full['peak_mb']:.0f} MB (x{full['peak_mb'] / quarter['peak_mb']:.2f} for x4 runs)"
+    )
+    print(f"target >= 1000 runs/s: {'met' if rate >= 1000 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
