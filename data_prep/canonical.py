@@ -61,49 +61,67 @@ class _Invalid(Exception):
     pass
 
 
-def _scan(obj: Any) -> bool:
-    """Fast I-JSON check without paths; True if rfc8785 must canonicalize (float, non-ASCII key)."""
+_REPR_FLOAT = 1  # holds floats whose JCS text is repr() (or int() for integral values)
+_SLOW = 2  # holds a float outside that range or a non-ASCII key: only rfc8785 may canonicalize
+
+
+def _scan(obj: Any) -> int:
+    """Fast I-JSON check without paths; returns ``_REPR_FLOAT``/``_SLOW`` flags."""
     t = type(obj)
     if t is str or t is bool or obj is None:
-        return False
+        return 0
     if t is int:
         if -MAX_SAFE_INT <= obj <= MAX_SAFE_INT:
-            return False
+            return 0
         raise _Invalid
     if t is dict:
-        slow = False
+        flags = 0
         for k, v in obj.items():
             if type(k) is not str:
                 raise _Invalid
-            if not slow and not k.isascii():
-                slow = True
+            if not k.isascii():
+                flags |= _SLOW
             tv = type(v)
             if tv is str or tv is bool or v is None:
                 continue
-            if _scan(v):
-                slow = True
-        return slow
+            flags |= _scan(v)
+        return flags
     if t is list:
-        slow = False
+        flags = 0
         for v in obj:
             tv = type(v)
             if tv is str or tv is bool or v is None:
                 continue
-            if _scan(v):
-                slow = True
-        return slow
+            flags |= _scan(v)
+        return flags
     if t is float:
-        if math.isfinite(obj):
-            return True
-        raise _Invalid
+        if not math.isfinite(obj):
+            raise _Invalid
+        # ECMAScript prints shortest round-trip digits in fixed notation for 1e-6 <= |x| < 1e21;
+        # Python's repr does the same for 1e-4 <= |x| < 1e16 (integral values print as integers).
+        a = abs(obj)
+        if a == 0.0 or 1e-4 <= a < 1e16:
+            return _REPR_FLOAT
+        return _SLOW
     raise _Invalid  # subclasses (e.g. a dict that recorded a duplicate key) take the slow path
+
+
+def _integral_floats_to_int(obj: Any) -> Any:
+    t = type(obj)
+    if t is float:
+        return int(obj) if obj.is_integer() else obj
+    if t is dict:
+        return {k: _integral_floats_to_int(v) for k, v in obj.items()}
+    if t is list:
+        return [_integral_floats_to_int(v) for v in obj]
+    return obj
 
 
 def check_ijson(value: Any, path: str = "$") -> bool:
     """Raise StrictJSONError at the first I-JSON violation; return True if the value holds a float
     or a non-ASCII key (the cases where only ``rfc8785`` itself may canonicalize)."""
     try:
-        return _scan(value)
+        return bool(_scan(value))
     except (_Invalid, RecursionError):
         pass
     return _check_with_paths(value, path)
@@ -194,8 +212,13 @@ def loads_strict(text: str | bytes) -> Any:
 
 def canonical_bytes(value: Any) -> bytes:
     """RFC 8785 (JCS) bytes of a JSON value; raises StrictJSONError for non-I-JSON values."""
-    slow = check_ijson(value)
-    if slow:
+    try:
+        flags = _scan(value)
+    except (_Invalid, RecursionError):
+        flags = _SLOW if _check_with_paths(value, "$") else 0
+    if flags == _REPR_FLOAT:
+        return _encode_plain(_integral_floats_to_int(value))
+    if flags:
         try:
             return rfc8785.dumps(value)
         except (rfc8785.CanonicalizationError, ValueError) as exc:

@@ -115,3 +115,9 @@ def test_canonical_roundtrip_is_fixed_point(value):
     assert canonical_bytes(parsed) == once
     if isinstance(value, float) and not math.isnan(value):
         assert parsed == value
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.floats(min_value=1e-5, max_value=1e17))
+def test_float_fast_path_matches_ecmascript_formatting(x):
+    assert canonical_bytes({"amount": x, "n": [x, -x]}) == rfc8785.dumps({"amount": x, "n": [x, -x]})

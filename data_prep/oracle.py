@@ -1,0 +1,174 @@
+"""The deterministic authorization oracle for EAL-style policy cases.
+
+A request ``{grantee, action, vendor, category, amount, currency, action_time}`` is authorized at its
+action time iff some authorization record is **in force** then and **covers** it:
+
+- in force at ``t``: issued by an authorized issuer with ``effective_at <= t``; every patch by an
+  authorized issuer with ``effective_at <= t`` applied in time order; not revoked by an authorized issuer
+  with ``effective_at <= t``; ``status == "active"``; ``valid_from <= t < valid_until``;
+- covers: same grantee, action, vendor and currency, ``category in allowed_categories`` and
+  ``amount <= max_amount``; ``effect == "allow"``. An in-force ``deny`` record that covers the request
+  wins over any allow.
+
+Events by anyone not in ``authorized_issuers`` are ignored: a scope claim is not an authorization.
+``decide`` works from the events alone; ``memory_decide`` applies a memory's typed records the same way
+(it trusts the memory, as an executor that sees only memory must); ``gold_memory_from_events`` gives the
+records in force at the end of the history, which is what a faithful memory holds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+EXECUTE = "execute_requested"
+DECLINE = "decline"
+RECORD_FIELDS = (
+    "authorization_ref",
+    "issuer",
+    "grantee",
+    "effect",
+    "action",
+    "vendor",
+    "allowed_categories",
+    "max_amount",
+    "currency",
+    "valid_from",
+    "valid_until",
+    "status",
+    "source_turn_refs",
+)
+PATCHABLE = (
+    "grantee",
+    "effect",
+    "action",
+    "vendor",
+    "allowed_categories",
+    "max_amount",
+    "currency",
+    "valid_from",
+    "valid_until",
+    "status",
+)
+REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
+EVENT_TYPES = ("issue", "patch", "revoke")
+
+
+def parse_time(value: str) -> datetime:
+    """ISO 8601 with an offset or Z; naive times are read as UTC."""
+    t = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _events_and_issuers(case_or_events: Any, issuers: Any) -> tuple[list[dict], set[str]]:
+    if isinstance(case_or_events, dict):
+        events = case_or_events["events"]
+        if issuers is None:
+            issuers = case_or_events["authorized_issuers"]
+    else:
+        events = case_or_events
+    if issuers is None:
+        raise ValueError("authorized issuers are needed when only events are given")
+    return list(events), set(issuers)
+
+
+def records_at(events: list[dict], issuers: set[str], t: datetime) -> dict[str, dict]:
+    """Authorization records as they stand at ``t`` (revoked ones carry ``status: revoked``)."""
+    ordered = sorted(enumerate(events), key=lambda p: (parse_time(p[1]["effective_at"]), p[0]))
+    state: dict[str, dict] = {}
+    for _, ev in ordered:
+        if ev.get("issuer") not in issuers or parse_time(ev["effective_at"]) > t:
+            continue
+        ref = ev["authorization_ref"]
+        kind = ev["event_type"]
+        if kind == "issue":
+            rec = dict(ev["record"])
+            rec["authorization_ref"] = ref
+            rec["source_turn_refs"] = list(rec.get("source_turn_refs") or ev.get("source_turn_refs", []))
+            state[ref] = rec
+        elif kind == "patch" and ref in state and state[ref].get("status") != "revoked":
+            rec = state[ref]
+            for key, value in ev["patch"].items():
+                if key in PATCHABLE:
+                    rec[key] = value
+            rec["source_turn_refs"] = _merge(rec.get("source_turn_refs", []), ev.get("source_turn_refs", []))
+        elif kind == "revoke" and ref in state:
+            state[ref]["status"] = "revoked"
+    return state
+
+
+def _merge(a: list[str], b: list[str]) -> list[str]:
+    return list(dict.fromkeys([*a, *b]))
+
+
+def covers(record: dict, request: dict, t: datetime | None = None) -> bool:
+    """Does this record, if in force, cover the request (every dimension, time window included)?"""
+    t = t or parse_time(request["action_time"])
+    try:
+        return (
+            record.get("status") == "active"
+            and record.get("grantee") == request["grantee"]
+            and record.get("action") == request["action"]
+            and record.get("vendor") == request["vendor"]
+            and record.get("currency") == request["currency"]
+            and request["category"] in (record.get("allowed_categories") or [])
+            and request["amount"] <= record["max_amount"]
+            and parse_time(record["valid_from"]) <= t < parse_time(record["valid_until"])
+        )
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _decide_records(records: list[dict] | Any, request: dict) -> str:
+    t = parse_time(request["action_time"])
+    matching = [r for r in records if isinstance(r, dict) and covers(r, request, t)]
+    if any(r.get("effect") == "deny" for r in matching):
+        return DECLINE
+    return EXECUTE if any(r.get("effect") == "allow" for r in matching) else DECLINE
+
+
+def decide(case_or_events: Any, issuers: Any, request: dict) -> str:
+    """``execute_requested`` or ``decline`` for ``request``, from the events alone.
+
+    ``case_or_events`` is a policy case (then ``issuers`` may be None: the case's own are used) or a
+    list of events.
+    """
+    events, issuer_set = _events_and_issuers(case_or_events, issuers)
+    state = records_at(events, issuer_set, parse_time(request["action_time"]))
+    return _decide_records(list(state.values()), request)
+
+
+def memory_decide(memory_records: list[dict], request: dict) -> str:
+    """Apply a memory's typed records to a request (the deterministic ``rules`` executor)."""
+    return _decide_records(memory_records, request)
+
+
+def history_end(case: dict) -> datetime:
+    """The end of the history: the last block's ``ended_at`` or the last event, whichever is later."""
+    times = [parse_time(b["ended_at"]) for b in case.get("blocks", []) if b.get("ended_at")]
+    times += [parse_time(e["effective_at"]) for e in case.get("events", [])]
+    if not times:
+        raise ValueError("case has neither blocks nor events")
+    return max(times)
+
+
+def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict]:
+    """The records a faithful memory holds at the end of the history: in force then or later.
+
+    Revoked records and records whose window closed before the end are left out; records are typed
+    with every field of ``RECORD_FIELDS`` and ordered by first issue.
+    """
+    end = at or history_end(case)
+    state = records_at(case["events"], set(case["authorized_issuers"]), end)
+    out = []
+    for rec in state.values():
+        if rec.get("status") != "active":
+            continue
+        if parse_time(rec["valid_until"]) <= end:
+            continue
+        out.append({k: _copy(rec.get(k)) for k in RECORD_FIELDS})
+    return out
+
+
+def _copy(v: Any) -> Any:
+    return list(v) if isinstance(v, list) else v

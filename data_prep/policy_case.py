@@ -1,0 +1,319 @@
+"""The policy-case record (``policy-case/v1``): EAL-style authorization cases, validated with field paths.
+
+A case holds the policy text, the authorized issuers, a long noisy message history (blocks of turns),
+the authoritative events (issue, patch, revoke), probe pairs per dimension (an in-scope request that is
+authorized and an out-of-scope one that is not), the gold memory (records in force at the end), and the
+teacher's scripted memory with its recorded errors. ``data_prep/schemas/policy-case-v1.schema.json``
+describes the same shape for other tools; the oracle lives in ``data_prep.oracle``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from data_prep.oracle import DECLINE, EXECUTE, PATCHABLE, RECORD_FIELDS, REQUEST_FIELDS, decide, parse_time
+from data_prep.records import LineError, RecordError, iter_jsonl
+
+CASE_SCHEMA = "policy-case/v1"
+CASE_FIELDS = (
+    "schema",
+    "case_id",
+    "family",
+    "policy",
+    "authorized_issuers",
+    "blocks",
+    "events",
+    "probe_pairs",
+    "gold_memory",
+    "teacher",
+    "provenance",
+    "metadata",
+)
+DIMENSIONS = ("amount", "time", "category", "vendor", "grantee", "action")
+MEMORY_ERRORS = (
+    "omission",
+    "missing_record",
+    "broadening",
+    "contradiction",
+    "stale_retention",
+    "extra_record",
+)
+BLOCK_FIELDS = ("ref", "title", "ended_at", "turns")
+TURN_FIELDS = ("ref", "actor_id", "speaker", "content", "occurred_at")
+EVENT_FIELDS = (
+    "ref",
+    "event_type",
+    "issuer",
+    "block_ref",
+    "effective_at",
+    "authorization_ref",
+    "source_turn_refs",
+    "record",
+    "patch",
+)
+PROBE_FIELDS = ("ref", "dimension", "in_scope", "out_of_scope")
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "policy-case-v1.schema.json"
+
+
+def _obj(v: Any, where: str) -> dict:
+    if not isinstance(v, dict):
+        raise RecordError(where, f"expected object, got {_tname(v)}")
+    return v
+
+
+def _tname(v: Any) -> str:
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+    }.get(type(v), "null" if v is None else type(v).__name__)
+
+
+def _no_extra(d: dict, allowed: tuple[str, ...], where: str) -> None:
+    for k in d:
+        if k not in allowed:
+            raise RecordError(f"{where}.{k}", "unknown field")
+
+
+def _str(d: dict, key: str, where: str, *, nonempty: bool = True) -> str:
+    if key not in d:
+        raise RecordError(f"{where}.{key}", "missing")
+    v = d[key]
+    if not isinstance(v, str):
+        raise RecordError(f"{where}.{key}", f"expected string, got {_tname(v)}")
+    if nonempty and not v.strip():
+        raise RecordError(f"{where}.{key}", "must not be empty")
+    return v
+
+
+def _time(d: dict, key: str, where: str) -> str:
+    v = _str(d, key, where)
+    try:
+        parse_time(v)
+    except ValueError:
+        raise RecordError(f"{where}.{key}", f"not an ISO 8601 time: {v!r}") from None
+    return v
+
+
+def _num(d: dict, key: str, where: str) -> float | int:
+    if key not in d:
+        raise RecordError(f"{where}.{key}", "missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise RecordError(f"{where}.{key}", f"expected number, got {_tname(v)}")
+    if v < 0:
+        raise RecordError(f"{where}.{key}", "must not be negative")
+    return v
+
+
+def _strs(d: dict, key: str, where: str, *, required: bool = True, nonempty: bool = False) -> list[str]:
+    if key not in d:
+        if required:
+            raise RecordError(f"{where}.{key}", "missing")
+        return []
+    v = d[key]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise RecordError(f"{where}.{key}", "expected array of strings")
+    if nonempty and not v:
+        raise RecordError(f"{where}.{key}", "must not be empty")
+    return v
+
+
+def _list(d: dict, key: str, where: str) -> list:
+    if key not in d:
+        raise RecordError(f"{where}.{key}", "missing")
+    if not isinstance(d[key], list):
+        raise RecordError(f"{where}.{key}", f"expected array, got {_tname(d[key])}")
+    return d[key]
+
+
+def validate_record(rec: Any, where: str, *, partial: bool = False) -> dict:
+    """An authorization record (or, with ``partial``, a patch: a subset of the patchable fields)."""
+    rec = _obj(rec, where)
+    allowed = PATCHABLE if partial else RECORD_FIELDS
+    _no_extra(rec, allowed, where)
+    if partial and not rec:
+        raise RecordError(where, "a patch must change at least one field")
+    for key in allowed:
+        if partial and key not in rec:
+            continue
+        if key in ("allowed_categories", "source_turn_refs"):
+            _strs(rec, key, where, nonempty=key == "allowed_categories")
+        elif key == "max_amount":
+            _num(rec, key, where)
+        elif key in ("valid_from", "valid_until"):
+            _time(rec, key, where)
+        elif key == "effect":
+            if _str(rec, key, where) not in ("allow", "deny"):
+                raise RecordError(f"{where}.effect", f"must be allow|deny, got {rec[key]!r}")
+        elif key == "status":
+            if _str(rec, key, where) not in ("active", "revoked"):
+                raise RecordError(f"{where}.status", f"must be active|revoked, got {rec[key]!r}")
+        else:
+            _str(rec, key, where)
+    if not partial and parse_time(rec["valid_until"]) <= parse_time(rec["valid_from"]):
+        raise RecordError(f"{where}.valid_until", "must be after valid_from")
+    return rec
+
+
+def validate_request(req: Any, where: str) -> dict:
+    req = _obj(req, where)
+    _no_extra(req, REQUEST_FIELDS, where)
+    for key in REQUEST_FIELDS:
+        if key == "amount":
+            _num(req, key, where)
+        elif key == "action_time":
+            _time(req, key, where)
+        else:
+            _str(req, key, where)
+    return req
+
+
+def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) -> dict:
+    """Check a ``policy-case/v1`` dict; raise RecordError(field, problem) at the first problem.
+
+    With ``require_all=False`` the derived fields (schema, family, gold_memory, teacher, provenance,
+    metadata) may be absent (an EAL case as imported, before conversion).
+    """
+    d = _obj(d, where)
+    _no_extra(d, CASE_FIELDS, where)
+    if require_all or "schema" in d:
+        if _str(d, "schema", where) != CASE_SCHEMA:
+            raise RecordError(f"{where}.schema", f"expected {CASE_SCHEMA!r}, got {d['schema']!r}")
+    _str(d, "case_id", where)
+    if require_all or "family" in d:
+        _str(d, "family", where)
+    _str(d, "policy", where)
+    _strs(d, "authorized_issuers", where, nonempty=True)
+    turn_refs: set[str] = set()
+    block_refs: set[str] = set()
+    for i, b in enumerate(_list(d, "blocks", where)):
+        bw = f"{where}.blocks[{i}]"
+        b = _obj(b, bw)
+        _no_extra(b, BLOCK_FIELDS, bw)
+        ref = _str(b, "ref", bw)
+        if ref in block_refs:
+            raise RecordError(f"{bw}.ref", f"duplicate block ref {ref!r}")
+        block_refs.add(ref)
+        _str(b, "title", bw)
+        _time(b, "ended_at", bw)
+        for j, t in enumerate(_list(b, "turns", bw)):
+            tw = f"{bw}.turns[{j}]"
+            t = _obj(t, tw)
+            _no_extra(t, TURN_FIELDS, tw)
+            tref = _str(t, "ref", tw)
+            if tref in turn_refs:
+                raise RecordError(f"{tw}.ref", f"duplicate turn ref {tref!r}")
+            turn_refs.add(tref)
+            _str(t, "actor_id", tw)
+            _str(t, "speaker", tw)
+            _str(t, "content", tw, nonempty=False)
+            _time(t, "occurred_at", tw)
+    event_refs: set[str] = set()
+    for i, e in enumerate(_list(d, "events", where)):
+        ew = f"{where}.events[{i}]"
+        e = _obj(e, ew)
+        _no_extra(e, EVENT_FIELDS, ew)
+        ref = _str(e, "ref", ew)
+        if ref in event_refs:
+            raise RecordError(f"{ew}.ref", f"duplicate event ref {ref!r}")
+        event_refs.add(ref)
+        kind = _str(e, "event_type", ew)
+        if kind not in ("issue", "patch", "revoke"):
+            raise RecordError(f"{ew}.event_type", f"must be issue|patch|revoke, got {kind!r}")
+        _str(e, "issuer", ew)
+        if _str(e, "block_ref", ew) not in block_refs:
+            raise RecordError(f"{ew}.block_ref", f"no block {e['block_ref']!r}")
+        _time(e, "effective_at", ew)
+        _str(e, "authorization_ref", ew)
+        for r in _strs(e, "source_turn_refs", ew):
+            if r not in turn_refs:
+                raise RecordError(f"{ew}.source_turn_refs", f"no turn {r!r}")
+        if kind == "issue":
+            if "record" not in e:
+                raise RecordError(f"{ew}.record", "missing (an issue event carries the record)")
+            validate_record(e["record"], f"{ew}.record")
+            if e["record"]["authorization_ref"] != e["authorization_ref"]:
+                raise RecordError(
+                    f"{ew}.record.authorization_ref", "differs from the event's authorization_ref"
+                )
+        elif "record" in e:
+            raise RecordError(f"{ew}.record", f"only issue events carry a record, this is {kind}")
+        if kind == "patch":
+            if "patch" not in e:
+                raise RecordError(f"{ew}.patch", "missing (a patch event carries the changed fields)")
+            validate_record(e["patch"], f"{ew}.patch", partial=True)
+        elif "patch" in e:
+            raise RecordError(f"{ew}.patch", f"only patch events carry a patch, this is {kind}")
+    probe_refs: set[str] = set()
+    for i, p in enumerate(_list(d, "probe_pairs", where)):
+        pw = f"{where}.probe_pairs[{i}]"
+        p = _obj(p, pw)
+        _no_extra(p, PROBE_FIELDS, pw)
+        ref = _str(p, "ref", pw)
+        if ref in probe_refs:
+            raise RecordError(f"{pw}.ref", f"duplicate probe ref {ref!r}")
+        probe_refs.add(ref)
+        dim = _str(p, "dimension", pw)
+        if dim not in DIMENSIONS:
+            raise RecordError(f"{pw}.dimension", f"must be one of {'|'.join(DIMENSIONS)}, got {dim!r}")
+        for side in ("in_scope", "out_of_scope"):
+            if side not in p:
+                raise RecordError(f"{pw}.{side}", "missing")
+            validate_request(p[side], f"{pw}.{side}")
+    if require_all or "gold_memory" in d:
+        for i, r in enumerate(_list(d, "gold_memory", where)):
+            validate_record(r, f"{where}.gold_memory[{i}]")
+    teacher = d.get("teacher")
+    if teacher is not None:
+        tw = f"{where}.teacher"
+        teacher = _obj(teacher, tw)
+        _no_extra(teacher, ("writer_model", "memory", "memory_errors"), tw)
+        _str(teacher, "writer_model", tw)
+        for i, r in enumerate(_list(teacher, "memory", tw)):
+            validate_record(r, f"{tw}.memory[{i}]")
+        for i, e in enumerate(teacher.get("memory_errors", [])):
+            ew = f"{tw}.memory_errors[{i}]"
+            e = _obj(e, ew)
+            if _str(e, "type", ew) not in MEMORY_ERRORS:
+                raise RecordError(f"{ew}.type", f"must be one of {'|'.join(MEMORY_ERRORS)}")
+            _str(e, "authorization_ref", ew)
+    elif require_all and "teacher" not in d:
+        raise RecordError(f"{where}.teacher", "missing (use null for a case without a teacher memory)")
+    for key in ("provenance", "metadata"):
+        if key in d:
+            _obj(d[key], f"{where}.{key}")
+    return d
+
+
+def probe_problems(case: dict) -> list[str]:
+    """Probe pairs the oracle disagrees with: ``probe_pairs[i].in_scope: oracle says decline``."""
+    out = []
+    for i, p in enumerate(case["probe_pairs"]):
+        if decide(case, None, p["in_scope"]) != EXECUTE:
+            out.append(f"probe_pairs[{i}].in_scope: oracle says {DECLINE} for an in-scope request")
+        if decide(case, None, p["out_of_scope"]) != DECLINE:
+            out.append(f"probe_pairs[{i}].out_of_scope: oracle says {EXECUTE} for an out-of-scope request")
+    return out
+
+
+def iter_policy_case_file(path: str | Path) -> Iterator[tuple[int, dict | LineError]]:
+    """Yield ``(line, case | LineError)`` for each case in a ``policy-case/v1`` JSONL file."""
+    for lineno, value in iter_jsonl(path):
+        if isinstance(value, LineError):
+            yield lineno, value
+            continue
+        try:
+            yield lineno, validate_policy_case(value)
+        except RecordError as exc:
+            yield lineno, LineError(str(path), lineno, exc.field, exc.problem)
+
+
+def load_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
