@@ -109,7 +109,36 @@ class ChainBreak:
         return "env_ledger.head" if self.index < 0 else f"env_ledger.records[{self.index}]"
 
 
+_RECORD_KEYS = frozenset((*RECORD_FIELDS, "digest"))
+_STATUS_SET = frozenset(STATUSES)
+_POLICY_SET = frozenset(POLICY_CLASSES)
+
+
 def _record_shape_problem(rec: Any) -> str | None:
+    # fast path: the exact key set, the expected types, known enum values
+    if (
+        type(rec) is dict
+        and rec.keys() == _RECORD_KEYS
+        and type(rec["seq"]) is int
+        and 0 < rec["seq"] <= MAX_SAFE_INT
+        and type(rec["call_id"]) is str
+        and type(rec["tool"]) is str
+        and type(rec["args_digest"]) is str
+        and type(rec["prev_digest"]) is str
+        and type(rec["digest"]) is str
+        and rec["call_id"]
+        and rec["tool"]
+        and rec["args_digest"]
+        and rec["prev_digest"]
+        and rec["digest"]
+        and rec["status"] in _STATUS_SET
+        and rec["policy_class"] in _POLICY_SET
+    ):
+        return None
+    return _record_shape_detail(rec)
+
+
+def _record_shape_detail(rec: Any) -> str | None:
     if not isinstance(rec, dict):
         return "record is not an object"
     for key in (*RECORD_FIELDS, "digest"):
@@ -118,7 +147,7 @@ def _record_shape_problem(rec: Any) -> str | None:
     extra = set(rec) - set(RECORD_FIELDS) - {"digest"}
     if extra:
         return f"unknown field {sorted(extra)[0]}"
-    if not isinstance(rec["seq"], int) or isinstance(rec["seq"], bool) or rec["seq"] < 1:
+    if not isinstance(rec["seq"], int) or isinstance(rec["seq"], bool) or not 0 < rec["seq"] <= MAX_SAFE_INT:
         return "seq must be a positive integer"
     for key in ("call_id", "tool", "args_digest", "prev_digest", "digest"):
         if not isinstance(rec[key], str) or not rec[key]:

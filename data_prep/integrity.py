@@ -42,6 +42,12 @@ def verify_run(run: Run) -> IntegrityProblem | None:
             f"{len(records)} ledger records for {len(run.trajectory)} executed calls",
         )
     for i, (call, rec) in enumerate(zip(run.trajectory, records)):
+        if rec["call_id"] == call.call_id and rec["tool"] == call.tool and rec["status"] == call.status:
+            try:
+                if rec["args_digest"] == args_digest(call.arguments):
+                    continue
+            except StrictJSONError as exc:
+                return IntegrityProblem(f"trajectory[{i}].arguments{exc.path[1:]}", "malformed", exc.problem)
         where = f"env_ledger.records[{i}]"
         if rec["call_id"] != call.call_id:
             return IntegrityProblem(
@@ -55,11 +61,5 @@ def verify_run(run: Run) -> IntegrityProblem | None:
             return IntegrityProblem(
                 where + ".status", "edited", f"{rec['status']!r}, trajectory has {call.status!r}"
             )
-        try:
-            if rec["args_digest"] != args_digest(call.arguments):
-                return IntegrityProblem(
-                    where + ".args_digest", "edited", "does not match the call's arguments"
-                )
-        except StrictJSONError as exc:
-            return IntegrityProblem(f"trajectory[{i}].arguments{exc.path[1:]}", "malformed", exc.problem)
+        return IntegrityProblem(where + ".args_digest", "edited", "does not match the call's arguments")
     return None

@@ -104,34 +104,47 @@ class Reconciliation:
 def salient_values(arguments: Any) -> list[list[str]]:
     """The argument values a faithful description must name: short tokens (ids, amounts, names).
 
-    Each item lists the accepted spellings of one value (numbers may be written as 1200 or 1200.00).
+    Each item lists the accepted spellings of one value (numbers may be written as 1200 or 1,200.00).
     Free text (long strings or strings with spaces) and booleans are not required.
     """
     out: list[list[str]] = []
-    stack = [arguments]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v[k] for k in sorted(v, reverse=True))
-        elif isinstance(v, list):
-            stack.extend(reversed(v))
-        elif isinstance(v, bool) or v is None:
-            continue
-        elif isinstance(v, int):
-            out.append([str(v), f"{v:,}"])
-        elif isinstance(v, float):
-            forms = {repr(v), f"{v:.2f}", f"{v:,.2f}"}
-            if v.is_integer():
-                forms |= {str(int(v)), f"{int(v):,}"}
-            out.append(sorted(forms))
-        elif isinstance(v, str) and 0 < len(v) <= SALIENT_MAX_CHARS and not any(c.isspace() for c in v):
-            out.append([v])
+    _collect(arguments, out)
     return out
+
+
+def _collect(v: Any, out: list[list[str]]) -> None:
+    t = type(v)
+    if t is str:
+        if 0 < len(v) <= SALIENT_MAX_CHARS and not _has_space(v):
+            out.append([v])
+    elif t is dict:
+        for k in sorted(v):
+            _collect(v[k], out)
+    elif t is list:
+        for x in v:
+            _collect(x, out)
+    elif t is int:
+        out.append([str(v), f"{v:,}"])
+    elif t is float:
+        forms = {repr(v), f"{v:.2f}", f"{v:,.2f}"}
+        if v.is_integer():
+            forms |= {str(int(v)), f"{int(v):,}"}
+        out.append(sorted(forms))
+
+
+def _has_space(s: str) -> bool:
+    return not s.isprintable() or " " in s or (not s.isascii() and any(c.isspace() for c in s))
 
 
 def description_names_values(description: str, arguments: Any) -> bool:
     text = description.casefold()
-    return all(any(form.casefold() in text for form in forms) for forms in salient_values(arguments))
+    for forms in salient_values(arguments):
+        for form in forms:
+            if form in description or form.casefold() in text:
+                break
+        else:
+            return False
+    return True
 
 
 def _entry_problem(entry: dict) -> str:

@@ -70,6 +70,9 @@ def _no_extra(obj: dict, allowed: tuple[str, ...], where: str) -> None:
             raise RecordError(f"{where}.{key}", "unknown field")
 
 
+_CALL_KEYS = frozenset(("call_id", "tool", "arguments", "status", "result"))
+
+
 @dataclass(slots=True)
 class Call:
     """One ordinary tool call as executed by the environment."""
@@ -82,6 +85,17 @@ class Call:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Call:
+        if (
+            type(d) is dict
+            and d.keys() <= _CALL_KEYS
+            and type(d.get("call_id")) is str
+            and type(d.get("tool")) is str
+            and type(d.get("arguments")) is dict
+            and d.get("status") in CALL_STATUSES
+            and d["call_id"]
+            and d["tool"]
+        ):
+            return cls(d["call_id"], d["tool"], d["arguments"], d["status"], d.get("result"))
         if not isinstance(d, dict):
             raise RecordError(where, "expected object")
         _no_extra(d, ("call_id", "tool", "arguments", "status", "result"), where)
