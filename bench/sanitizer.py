@@ -1,0 +1,276 @@
+"""Throughput of ``sanitizer apply`` (all packs) on a realistic ledger corpus, beside the same rules
+applied one after another with Python's ``re`` in the same run.
+
+    python bench/sanitizer.py [--records 12000] [--seed 7] [--md OUT.md] [--json OUT.json]
+
+The corpus is ``sanitizer.corpus.bench_corpus``: ledger-run records (model_ledger entries with ordinary
+descriptions, a teacher verdict, metadata with hidden identifiers), 3% of them carrying a planted
+secret, reasoning block or label word. Both engines run the same JSONL loop (parse, sanitize, write
+canonical JSON) on one core (the process is pinned to one CPU); MB/s is input bytes per second of
+process CPU time (wall time is reported too; on a shared machine it is the noisier figure). A second
+corpus variant puts a quoted word (a ``\\"`` escape) in every teacher rationale, so no line can take
+the raw-line pre-filter and every record is walked (the record-level pre-filter still applies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import random
+import re
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+# This file is itself named sanitizer.py: put the repository first so ``import sanitizer`` finds the
+# package, not this script's directory.
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sanitizer import Sanitizer, SanitizeResult  # noqa: E402
+from sanitizer.checks import VALIDATORS  # noqa: E402
+from sanitizer.cli import process_stream  # noqa: E402
+from sanitizer.core import _rebuild, hidden_ids  # noqa: E402
+from sanitizer.corpus import bench_corpus  # noqa: E402
+from sanitizer.engine import HIDDEN_ID_PLACEHOLDER  # noqa: E402
+from sanitizer.report import Report  # noqa: E402
+
+
+class SequentialRe:
+    """The baseline: every rule compiled with Python's ``re`` and applied to every selected string one
+    rule after another (same record walk, field rules, confirmers, allowlists, block pairing)."""
+
+    def __init__(self, san: Sanitizer):
+        self.san = san
+        self.rules = []
+        for r in san.rules:
+            if r.kind == "quote":
+                continue
+            rx = re.compile(r.pattern)
+            close = re.compile(r.close) if r.close else None
+            allow = [re.compile(p) for p in r.allow_patterns]
+            self.rules.append((r, rx, close, allow, VALIDATORS.get(r.validate) if r.validate else None))
+        self._lit_cache: dict[tuple, re.Pattern] = {}
+
+    def _literal_rx(self, lits: tuple[str, ...]) -> re.Pattern | None:
+        rx = self._lit_cache.get(lits)
+        if rx is None and lits:
+            parts = []
+            for lit in sorted(set(lits), key=lambda s: (-len(s), s)):
+                p = re.escape(lit)
+                if re.match(r"\w", lit[0], re.ASCII):
+                    p = r"\b" + p
+                if re.match(r"\w", lit[-1], re.ASCII):
+                    p += r"\b"
+                parts.append(p)
+            rx = self._lit_cache[lits] = re.compile("|".join(parts))
+        return rx
+
+    @staticmethod
+    def _spans(rx: re.Pattern, text: str):
+        group = "m" if "m" in rx.groupindex else 0
+        pos = 0
+        while pos <= len(text):
+            m = rx.search(text, pos)
+            if m is None:
+                return
+            s, e = m.span(group)
+            if s < 0:
+                s, e = m.span()
+            if e > s:
+                yield s, e
+            pos = e if e > pos else pos + 1
+
+    def _apply_rule(self, text: str, rule, rx, close, allow, check) -> tuple[str, int, bool]:
+        spans = []
+        if close is not None:
+            tags = sorted(
+                [(s, e, 1) for s, e in self._spans(rx, text)]
+                + [(s, e, 0) for s, e in self._spans(close, text)]
+            )
+            depth = start = 0
+            for s, e, is_open in tags:
+                if is_open:
+                    start = s if depth == 0 else start
+                    depth += 1
+                elif depth == 0:
+                    spans = [(0, e)]
+                else:
+                    depth -= 1
+                    if depth == 0:
+                        spans.append((start, e))
+            if depth:
+                spans.append((start, len(text)))
+        else:
+            for s, e in self._spans(rx, text):
+                seg = text[s:e]
+                if check is not None:
+                    win = check(seg.encode())
+                    if win is None:
+                        continue
+                    b = seg.encode()
+                    s2 = s + len(b[: win[0]].decode())
+                    e = s2 + len(b[win[0] : win[1]].decode())
+                    s, seg = s2, text[s2:e]
+                if any(a.fullmatch(seg) for a in allow) or seg == rule.placeholder:
+                    continue
+                spans.append((s, e))
+        if not spans:
+            return text, 0, False
+        if rule.action == "drop":
+            return text, len(spans), True
+        rep = rule.placeholder if rule.action == "redact" else ""
+        out, pos = [], 0
+        for s, e in spans:
+            if s < pos:
+                continue
+            out.append(text[pos:s])
+            out.append(rep)
+            pos = e
+        out.append(text[pos:])
+        return "".join(out), len(spans), False
+
+    def sanitize_json_line(
+        self, line: bytes, fields=None, hidden_ids_field="metadata.hidden_identifiers", context=""
+    ):
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("expected a JSON object")
+        ids = tuple(hidden_ids(record, hidden_ids_field))
+        dyn = self._literal_rx(ids) if ids else None
+        items, _sources = self.san._collect(record, None if fields is None else tuple(fields))
+        changes, n_found, dropped = [], 0, False
+        for keys, k, value, info in items:
+            text = value
+            for i, (rule, rx, close, allow, check) in enumerate(self.rules):
+                if info.allowed is not None and i not in info.allowed:
+                    continue
+                text, n, drop = self._apply_rule(text, rule, rx, close, allow, check)
+                n_found += n
+                dropped |= drop
+            if dyn is not None and info.dynamic:
+                text, n = dyn.subn(HIDDEN_ID_PLACEHOLDER, text)
+                n_found += n
+            if text != value:
+                changes.append((keys + (k,), text))
+        return SanitizeResult(_rebuild(record, changes) if changes else record, [], dropped, [])
+
+
+def make_corpus(n: int, seed: int, escaped: bool) -> list[bytes]:
+    recs = bench_corpus(random.Random(seed), n, plant_rate=0.03)
+    lines = []
+    for rec in recs:
+        if escaped:
+            rec["teacher"]["verdict"]["rationale"] += '\nSee the entry marked "c0001" above.'
+        lines.append(json.dumps(rec, ensure_ascii=False).encode() + b"\n")
+    return lines
+
+
+def run(engine, lines: list[bytes], rule_actions: dict) -> tuple[float, float, bytes, Report]:
+    report = Report("apply", rule_actions)
+    out = io.BytesIO()
+    wall, cpu = time.perf_counter(), time.process_time()
+    process_stream(lines, engine, report, out=out)
+    return time.process_time() - cpu, time.perf_counter() - wall, out.getvalue(), report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=12000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--md", default=None, help="write the results as markdown here")
+    ap.add_argument("--json", default=None, help="write the results as JSON here")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU")
+    args = ap.parse_args(argv)
+    if not args.no_pin and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    t = time.perf_counter()
+    san = Sanitizer.from_packs(["reasoning", "secrets", "leakage"])
+    load_s = time.perf_counter() - t
+    base = SequentialRe(san)
+    actions = {r.id: r.action for r in san.rules}
+    results = []
+    for variant, escaped in (("ledger corpus", False), ('ledger corpus, rationales with \\" escapes', True)):
+        lines = make_corpus(args.records, args.seed, escaped)
+        mb = sum(map(len, lines)) / 1e6
+        run(san, lines[:500], actions)  # warm caches
+        re2_cpu, re2_wall, re2_out, rep = run(san, lines, actions)
+        re_cpu, re_wall, re_out, _ = run(base, lines, actions)
+        a, b = re2_out.splitlines(), re_out.splitlines()
+        same = sum(x == y for x, y in zip(a, b))
+        prefiltered = sum(san.sanitize_json_line(x).prefiltered for x in lines[:2000]) / min(2000, len(lines))
+        results.append(
+            {
+                "corpus": variant,
+                "records": len(lines),
+                "mb": round(mb, 2),
+                "re2_set_mb_s_cpu": round(mb / re2_cpu, 1),
+                "re2_set_mb_s_wall": round(mb / re2_wall, 1),
+                "python_re_mb_s_cpu": round(mb / re_cpu, 1),
+                "python_re_mb_s_wall": round(mb / re_wall, 1),
+                "speedup_cpu": round(re_cpu / re2_cpu, 2),
+                "findings": rep.findings,
+                "changed_records": rep.changed,
+                "dropped_records": rep.dropped,
+                "raw_line_prefiltered": round(prefiltered, 3),
+                "identical_output_lines": f"{same}/{len(a)}",
+            }
+        )
+    meta = {
+        "date": date.today().isoformat(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu": _cpu_name(),
+        "cores_used": 1 if not args.no_pin else os.cpu_count(),
+        "packs_load_s": round(load_s, 3),
+        "rules": len(san.rules),
+        "seed": args.seed,
+    }
+    md = _markdown(meta, results)
+    print(md)
+    if args.md:
+        Path(args.md).write_text(md)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _markdown(meta: dict, results: list[dict]) -> str:
+    rows = [
+        "| corpus | records | MB | RE2 set MB/s (cpu) | RE2 set MB/s (wall) | sequential `re` MB/s (cpu) | "
+        "sequential `re` MB/s (wall) | speedup (cpu) | findings | raw-line pre-filtered | identical output lines |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        rows.append(
+            f"| {r['corpus']} | {r['records']} | {r['mb']} | {r['re2_set_mb_s_cpu']} | {r['re2_set_mb_s_wall']} | "
+            f"{r['python_re_mb_s_cpu']} | {r['python_re_mb_s_wall']} | {r['speedup_cpu']}x | {r['findings']} | "
+            f"{r['raw_line_prefiltered']:.1%} | {r['identical_output_lines']} |"
+        )
+    head = (
+        f"# sanitizer apply throughput ({meta['date']}, CPU, {meta['cores_used']} core)\n\n"
+        f"`python bench/sanitizer.py` - {meta['cpu']}, Python {meta['python']}, {meta['rules']} rules "
+        f"(reasoning, secrets, leakage), packs load + self-test {meta['packs_load_s']} s, seed {meta['seed']}.\n"
+        "Both engines run the same loop: parse the JSONL line, sanitize, write canonical JSON. "
+        "MB/s is input bytes per CPU second of the pinned process (wall-clock figures beside it).\n\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

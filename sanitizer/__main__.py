@@ -1,0 +1,5 @@
+import sys
+
+from sanitizer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,678 @@
+"""The Python API: load packs once, sanitize strings and structured records, get the findings.
+
+>>> san = Sanitizer.from_packs(["reasoning", "secrets", "leakage"])
+>>> res = san.sanitize_record(record, dynamic_literals=record["metadata"]["hidden_identifiers"])
+>>> res.record, res.findings, res.dropped, res.drop_reasons
+
+Only string values change. Keys, numbers, booleans, nulls, list lengths and the strings under protected
+keys (call ids, run ids) are left as they are; the input record is never mutated (the result shares the
+unchanged sub-objects with it). Sanitizing is repeated on a changed string until it stops changing
+(``max_passes``), so a second call changes nothing more.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sanitizer.engine import (
+    DROP,
+    HIDDEN_ID_PLACEHOLDER,
+    HIDDEN_ID_RULE,
+    CompiledRule,
+    Engine,
+    Finding,
+    LiteralRule,
+    apply_spans,
+    literal_regex,
+    resolve,
+)
+from sanitizer.fieldpath import covered_by_any, covers, format_path, normalize_selector
+from sanitizer.rules import DEFAULT_PACKS, Rule, RuleError, load_packs
+
+DEFAULT_SALT = "ledgerwright-sanitizer-v1"
+DEFAULT_PROTECTED_KEYS = ("call_id", "cited_call_ids", "target_call_ids", "run_id", "workflow_id", "schema")
+DEFAULT_DYNAMIC_EXCLUDE = ("metadata.hidden_identifiers",)
+HIDDEN_ID_PRIORITY = 90
+_PATH_CACHE_MAX = 50_000
+
+
+@dataclass(slots=True)
+class SanitizeResult:
+    record: dict
+    findings: list[Finding] = field(default_factory=list)
+    dropped: bool = False
+    drop_reasons: list[str] = field(default_factory=list)
+    prefiltered: bool = False  # passed whole by the raw JSON-line pre-filter
+
+    @property
+    def changed(self) -> bool:
+        return any(f.action != DROP for f in self.findings)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleProblem:
+    rule_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _PathInfo:
+    selected: bool  # a string here is sanitized at all
+    allowed: frozenset[int] | None  # set-rule indices that apply (None: all)
+    dynamic: bool  # hidden-identifier literals apply
+    quotes: tuple[int, ...]  # quote rules (by index in self._quote_rules) that apply
+    source_of: tuple[int, ...]  # quote rules this path is a source for
+
+
+class Sanitizer:
+    """Rules compiled once; :meth:`sanitize_record` and :meth:`sanitize_text` are thread-compatible."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        *,
+        salt: str = DEFAULT_SALT,
+        protected_keys: Iterable[str] = DEFAULT_PROTECTED_KEYS,
+        dynamic_exclude: Iterable[str] = DEFAULT_DYNAMIC_EXCLUDE,
+        max_passes: int = 4,
+        self_test: bool = True,
+    ):
+        ids = [r.id for r in rules]
+        dup = {i for i in ids if ids.count(i) > 1}
+        if dup:
+            raise RuleError(sorted(dup)[0], "duplicate rule id")
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.salt = salt
+        self._salt = salt.encode()
+        self.protected_keys = frozenset(protected_keys)
+        self.dynamic_exclude = tuple(normalize_selector(s) for s in dynamic_exclude)
+        self.max_passes = max(1, max_passes)
+        compiled = [CompiledRule(r, i) for i, r in enumerate(self.rules)]
+        self._placeholders = sorted(
+            {r.placeholder for r in self.rules if r.placeholder} | {HIDDEN_ID_PLACEHOLDER}
+        )
+        self._engine = Engine([c for c in compiled if c.kind != "quote"], self._placeholders)
+        self._quote_rules = [c for c in compiled if c.kind == "quote"]
+        self._path_cache: dict[tuple[str, ...] | None, dict[str, _PathInfo]] = {}
+        self._fields_norm: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._exempt_cache: dict[str, bool] = {}
+        if self_test:
+            problems = self.self_test()
+            if problems:
+                p = problems[0]
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise RuleError(p.rule_id, p.reason + more)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_packs(
+        cls,
+        packs: Iterable[str | Path] | str = DEFAULT_PACKS,
+        packs_dir: str | Path | None = None,
+        **kwargs: Any,
+    ) -> Sanitizer:
+        """Load rule packs by name (``configs/sanitizer/<name>.yaml``) or path, compile, self-test."""
+        if isinstance(packs, str):
+            packs = [p.strip() for p in packs.split(",") if p.strip()]
+        rules = [r for pack in load_packs(packs, packs_dir) for r in pack.rules]
+        return cls(rules, **kwargs)
+
+    @property
+    def rule_ids(self) -> list[str]:
+        return [r.id for r in self.rules] + [HIDDEN_ID_RULE]
+
+    def action_of(self, rule_id: str) -> str:
+        for r in self.rules:
+            if r.id == rule_id:
+                return r.action
+        return "redact"
+
+    # ------------------------------------------------------------------ self-test
+    def self_test(self) -> list[RuleProblem]:
+        """Every rule's own examples, each rule alone; then no placeholder may trigger any rule."""
+        problems = [RuleProblem(r.id, reason) for r in self.rules for reason in check_rule(r, self.salt)]
+        return problems or self.placeholder_problems()
+
+    def placeholder_problems(self) -> list[RuleProblem]:
+        """A placeholder that some rule matches would make sanitizing not idempotent."""
+        problems = []
+        for ph, rid in sorted({(r.placeholder, r.id) for r in self.rules if r.placeholder}):
+            for text in (ph, f"x {ph} y", f"{ph}{ph}"):
+                out, fnd, dropped = self.sanitize_text(text)
+                if out != text or fnd or dropped:
+                    hit = fnd[0].rule_id if fnd else "?"
+                    problems.append(RuleProblem(rid, f"placeholder {ph} is matched by {hit}"))
+                    break
+        return problems
+
+    # ------------------------------------------------------------------ text
+    def sanitize_text(
+        self,
+        text: str,
+        dynamic_literals: Iterable[str] = (),
+        *,
+        path: str | None = None,
+        quote_literals: Iterable[str] = (),
+        context: str = "",
+    ) -> tuple[str, list[Finding], bool]:
+        """Sanitize one string. ``path`` (a field path) limits the rules to those whose ``fields``
+        cover it; ``None`` applies every rule. ``quote_literals`` are oracle strings for quote rules."""
+        if path is None:
+            allowed, dyn_ok, quote_ix = None, True, tuple(range(len(self._quote_rules)))
+        else:
+            info = self._path_info(None, _concrete_to_npath(path))
+            allowed, dyn_ok, quote_ix = info.allowed, info.dynamic, info.quotes
+        literals = []
+        dyn = literal_regex(tuple(dynamic_literals)) if dyn_ok else None
+        if dyn is not None:
+            literals.append(LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, dyn))
+        quote_literals = tuple(quote_literals)
+        for qi in quote_ix:
+            lr = self._quote_literal_rule(qi, quote_literals)
+            if lr is not None:
+                literals.append(lr)
+        out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context)
+        return out, findings, bool(drops)
+
+    def _quotable(self, text: str, min_length: int) -> bool:
+        """A source string long enough to be a quote once placeholders (earlier redactions) are
+        left out: a source that is itself redacted would otherwise match its own placeholder."""
+        if len(text.strip()) < min_length:
+            return False
+        if "[" in text:
+            for ph in self._placeholders:
+                text = text.replace(ph, "")
+        return len(text.strip()) >= min_length
+
+    def _quote_literal_rule(self, qi: int, values: Iterable[str]) -> LiteralRule | None:
+        cr = self._quote_rules[qi]
+        lits = tuple(v for v in values if self._quotable(v, cr.rule.min_length))
+        rx = literal_regex(lits) if lits else None
+        if rx is None:
+            return None
+        return LiteralRule(cr.id, cr.rule.placeholder, cr.priority, cr.order, rx)
+
+    def _sanitize_string(
+        self,
+        text: str,
+        allowed: frozenset[int] | None,
+        literals: Sequence[LiteralRule],
+        path: str,
+        context: str,
+    ) -> tuple[str, list[Finding], list[str]]:
+        engine = self._engine
+        findings: list[Finding] = []
+        drops: list[str] = []
+        for _ in range(self.max_passes):
+            b = text.encode("utf-8", "surrogatepass")
+            cands, drop_spans = engine.candidates(b, allowed, literals)
+            if not cands and not drop_spans:
+                break
+            chosen = resolve(cands)
+            new_text, fnd = apply_spans(text, b, chosen, drop_spans, self._salt, path, context)
+            findings.extend(fnd)
+            for _s, _e, cr in drop_spans:
+                if cr.id not in drops:
+                    drops.append(cr.id)
+            if new_text == text:
+                break
+            text = new_text
+        return text, findings, drops
+
+    # ------------------------------------------------------------------ records
+    def _path_info(self, fields: tuple[str, ...] | None, npath: str) -> _PathInfo:
+        cache = self._path_cache.get(fields)
+        if cache is None:
+            cache = self._path_cache[fields] = {}
+        info = cache.get(npath)
+        if info is not None:
+            return info
+        selected = covered_by_any(fields, npath)
+        allowed = []
+        for i, cr in enumerate(self._engine.set_rules):
+            r = cr.rule
+            if covered_by_any(r.fields, npath) and not covered_by_any(r.exclude_fields, npath):
+                allowed.append(i)
+        allowed_fs = None if len(allowed) == len(self._engine.set_rules) else frozenset(allowed)
+        dynamic = not any(covers(s, npath) for s in self.dynamic_exclude)
+        quotes, source_of = [], []
+        for qi, cr in enumerate(self._quote_rules):
+            r = cr.rule
+            if any(covers(s, npath) for s in r.sources):
+                source_of.append(qi)
+            elif covered_by_any(r.fields, npath) and not covered_by_any(r.exclude_fields, npath):
+                quotes.append(qi)
+        info = _PathInfo(selected, allowed_fs, dynamic, tuple(quotes), tuple(source_of))
+        if len(cache) > _PATH_CACHE_MAX:
+            cache.clear()
+        cache[npath] = info
+        return info
+
+    def _collect(self, obj: dict, fields: tuple[str, ...] | None) -> tuple[list, dict[int, list[str]]]:
+        """Every selected string of the record as ``(container keys, key, value, info)``, and the values
+        of quote-rule source fields by quote rule."""
+        items: list[tuple[tuple, Any, str, _PathInfo]] = []
+        sources: dict[int, list[str]] = {}
+        protected = self.protected_keys
+        cache = self._path_cache.get(fields)
+        if cache is None:
+            cache = self._path_cache[fields] = {}
+        path_info = self._path_info
+
+        def leaf(keys: tuple, k: Any, value: str, npath: str) -> None:
+            info = cache.get(npath) or path_info(fields, npath)
+            if info.selected:
+                items.append((keys, k, value, info))
+            for qi in info.source_of:
+                sources.setdefault(qi, []).append(value)
+
+        def walk_dict(node: dict, keys: tuple, npath: str) -> None:
+            for k, v in node.items():
+                if k in protected:
+                    continue
+                t = type(v)
+                if t is str:
+                    leaf(keys, k, v, f"{npath}.{k}" if npath else k)
+                elif t is dict:
+                    walk_dict(v, keys + (k,), f"{npath}.{k}" if npath else k)
+                elif t is list:
+                    walk_list(v, keys + (k,), f"{npath}.{k}[]" if npath else f"{k}[]")
+
+        def walk_list(node: list, keys: tuple, npath: str) -> None:
+            for i, v in enumerate(node):
+                t = type(v)
+                if t is str:
+                    leaf(keys, i, v, npath)
+                elif t is dict:
+                    walk_dict(v, keys + (i,), npath)
+                elif t is list:
+                    walk_list(v, keys + (i,), npath + "[]")
+
+        walk_dict(obj, (), "")
+        return items, sources
+
+    def _literal_rules(
+        self, dynamic_literals: Iterable[str], sources: dict[int, list[str]]
+    ) -> tuple[LiteralRule | None, dict[int, LiteralRule]]:
+        dyn = tuple(dynamic_literals) if dynamic_literals else ()
+        dyn_rx = literal_regex(dyn) if dyn else None
+        dyn_lr = (
+            LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, dyn_rx)
+            if dyn_rx
+            else None
+        )
+        quote_lrs: dict[int, LiteralRule] = {}
+        for qi, vals in sources.items():
+            lr = self._quote_literal_rule(qi, vals)
+            if lr is not None:
+                quote_lrs[qi] = lr
+        return dyn_lr, quote_lrs
+
+    def sanitize_record(
+        self,
+        record: dict,
+        fields: Sequence[str] | None = None,
+        dynamic_literals: Iterable[str] = (),
+        context: str = "",
+    ) -> SanitizeResult:
+        """Sanitize the string values of a JSON-like record.
+
+        ``fields``: selectors (``model_ledger[].description``, ``teacher``...), ``None`` for every
+        string. ``dynamic_literals``: this workflow's hidden identifiers, redacted as ``[HIDDEN_ID]``.
+        ``context`` is copied into every finding (e.g. ``"runs.jsonl:12"``).
+        """
+        if not isinstance(record, dict):
+            raise TypeError(f"sanitize_record expects a dict, got {type(record).__name__}")
+        fkey = self._fields_key(fields)
+        items, sources = self._collect(record, fkey)
+        if not items:
+            return SanitizeResult(dict(record))
+        dyn_lr, quote_lrs = self._literal_rules(dynamic_literals, sources)
+        need = self._to_scan(items, dyn_lr, quote_lrs)
+        if not need:
+            return SanitizeResult(dict(record))
+        findings: list[Finding] = []
+        drop_reasons: list[str] = []
+        changes: list[tuple[tuple, str]] = []
+        for n in need:
+            keys, k, value, info = items[n]
+            literals = []
+            if dyn_lr is not None and info.dynamic:
+                literals.append(dyn_lr)
+            for qi in info.quotes:
+                lr = quote_lrs.get(qi)
+                if lr is not None:
+                    literals.append(lr)
+            if info.allowed is not None and not info.allowed and not literals:
+                continue
+            new, fnd, drops = self._sanitize_string(
+                value, info.allowed, literals, format_path(keys + (k,)), context
+            )
+            if not fnd:
+                continue
+            findings.extend(fnd)
+            for d in drops:
+                if d not in drop_reasons:
+                    drop_reasons.append(d)
+            if new != value:
+                changes.append((keys + (k,), new))
+        return SanitizeResult(_rebuild(record, changes), findings, bool(drop_reasons), drop_reasons)
+
+    def _fields_key(self, fields: Sequence[str] | None) -> tuple[str, ...] | None:
+        if fields is None:
+            return None
+        key = tuple(fields)
+        norm = self._fields_norm.get(key)
+        if norm is None:
+            norm = self._fields_norm[key] = tuple(normalize_selector(f) for f in fields)
+        return norm
+
+    def _to_scan(
+        self, items: list, dyn_lr: LiteralRule | None, quote_lrs: dict[int, LiteralRule]
+    ) -> list[int]:
+        """Record pre-filter: which items may change. Strings are joined by newlines per group of
+        applicable rules and scanned once per group (patterns are checked at load to match the same
+        alone and inside the join); literal rules scan the strings they apply to."""
+        need: set[int] = set()
+        groups: dict[frozenset[int] | None, list[int]] = {}
+        for n, it in enumerate(items):
+            groups.setdefault(it[3].allowed, []).append(n)
+        hits_of = self._engine.hits
+        for allowed, idx in groups.items():
+            if allowed is not None and not allowed:
+                continue
+            hits = hits_of(_join(items, idx))
+            if hits and (allowed is None or any(h in allowed for h in hits)):
+                need.update(idx)
+        if dyn_lr is not None:
+            idx = [n for n, it in enumerate(items) if it[3].dynamic and n not in need]
+            if idx and dyn_lr.regex.search(_join(items, idx)) is not None:
+                need.update(idx)
+        for qi, lr in quote_lrs.items():
+            idx = [n for n, it in enumerate(items) if qi in it[3].quotes and n not in need]
+            if idx and lr.regex.search(_join(items, idx)) is not None:
+                need.update(idx)
+        return sorted(need)
+
+    # ------------------------------------------------------------------ JSON lines
+    def sanitize_json_line(
+        self,
+        line: bytes | str,
+        fields: Sequence[str] | None = None,
+        hidden_ids_field: str | None = "metadata.hidden_identifiers",
+        context: str = "",
+    ) -> SanitizeResult:
+        """Parse one JSONL line and sanitize it; the hidden identifiers are read from the record.
+
+        Raises ``ValueError`` for a malformed line (bad UTF-8, bad JSON, non-finite numbers, not an
+        object). A line whose strings appear in it verbatim (no escapes other than ``\\n \\t \\r``,
+        which are decoded in place) is first scanned whole by a set of the patterns adapted to JSON
+        string delimiters; when nothing can match, the record is returned without walking it
+        (``prefiltered``). Any doubt falls back to :meth:`sanitize_record`.
+        """
+        record = json.loads(line, parse_constant=_reject_constant)
+        if not isinstance(record, dict):
+            raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+        ids = hidden_ids(record, hidden_ids_field)
+        raw = _plain_json(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line)
+        if (
+            raw is not None
+            and not self._engine.line_hits(raw)
+            and self._field_groups_clean(record, raw)
+            and self._line_literals_clean(record, raw, ids, hidden_ids_field)
+        ):
+            return SanitizeResult(record, prefiltered=True)
+        return self.sanitize_record(record, fields, ids, context)
+
+    def _field_groups_clean(self, record: dict, raw: bytes) -> bool:
+        """Rules limited to some fields scan only the text of those fields: for a top-level field, its
+        slice of the (plain) raw line, from its key to the next top-level key; otherwise the
+        sub-objects serialized alone (or, when that text has escapes, their strings joined)."""
+        keys = None
+        for fields, rset, line_set in self._engine.field_groups:
+            rest = []
+            for sel in fields:
+                steps = _selector_steps(sel)
+                name = steps[0][0]
+                if name not in record:
+                    continue
+                if len(steps) == 1:
+                    if keys is None:
+                        keys = list(record)
+                    piece = _top_level_slice(raw, keys, name)
+                    if piece is not None:
+                        if line_set.Match(piece):
+                            return False
+                        continue
+                rest.extend(_nodes_at(record, sel))
+            if not rest:
+                continue
+            text = _plain_json(json.dumps(rest, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if text is not None:
+                if line_set.Match(text):
+                    return False
+                continue
+            strings = [x for node in rest for x in _strings_in(node)]
+            if strings and rset.Match("\n".join(strings).encode("utf-8", "surrogatepass")):
+                return False
+        return True
+
+    def _exempt_field(self, ids_field: str) -> bool:
+        hit = self._exempt_cache.get(ids_field)
+        if hit is None:
+            npath = _concrete_to_npath(ids_field)
+            hit = self._exempt_cache[ids_field] = any(covers(s, npath) for s in self.dynamic_exclude)
+        return hit
+
+    def _line_literals_clean(self, record: dict, raw: bytes, ids: list[str], ids_field: str | None) -> bool:
+        """True when no literal rule can fire. Plain substring counts, no regex: every occurrence of a
+        hidden identifier in the raw line must lie in the listed identifiers themselves (when their
+        field is exempt), every occurrence of an oracle literal in its own source strings. Without
+        backslashes in the line a string's text appears verbatim, so equal counts mean no other use."""
+        if ids:
+            exempt: list[bytes] = []
+            if ids_field and self._exempt_field(ids_field):
+                exempt = [x.encode("utf-8", "surrogatepass") for x in _strings_at(record, ids_field)]
+            for lit in {x.encode("utf-8", "surrogatepass") for x in ids}:
+                n = raw.count(lit)
+                if n and n != sum(x.count(lit) for x in exempt):
+                    return False
+        for cr in self._quote_rules:
+            sels = [sel for sel in cr.rule.sources if _selector_steps(sel)[0][0] in record]
+            if not sels:
+                continue
+            src = [x for sel in sels for x in _strings_under(record, sel)]
+            if not src:
+                continue
+            enc = [x.encode("utf-8", "surrogatepass") for x in src]
+            for lit, text in zip(enc, src):
+                if not self._quotable(text, cr.rule.min_length):
+                    continue
+                n = raw.count(lit)
+                if n and n != sum(x.count(lit) for x in enc):
+                    return False
+        return True
+
+
+_SIMPLE_ESCAPES = ((b"\\n", b"\n"), (b"\\t", b"\t"), (b"\\r", b"\r"), (b"\\/", b"/"))
+
+
+def _plain_json(raw: bytes) -> bytes | None:
+    """The JSON text with every string's value in it verbatim, or None when that cannot be had
+    cheaply. Without an escaped backslash, every backslash opens an escape; ``\\n \\t \\r \\/`` are
+    decoded in place, and any other escape (``\\"``, ``\\u``) gives up."""
+    if b"\\" not in raw:
+        return raw
+    if b"\\\\" in raw:
+        return None
+    for esc, char in _SIMPLE_ESCAPES:
+        raw = raw.replace(esc, char)
+    return None if b"\\" in raw else raw
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name} is not valid JSON")
+
+
+def hidden_ids(record: dict, field: str | None) -> list[str]:
+    """The workflow's hidden canonical identifiers listed in the record (non-strings ignored)."""
+    if not field:
+        return []
+    return [v for v in _strings_at(record, field) if v]
+
+
+def _strings_at(record: dict, dotted: str) -> list[str]:
+    node: Any = record
+    for part in _dotted_parts(dotted):
+        if not isinstance(node, dict) or part not in node:
+            return []
+        node = node[part]
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [v for v in node if isinstance(v, str)]
+    return []
+
+
+@functools.lru_cache(maxsize=256)
+def _dotted_parts(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split("."))
+
+
+@functools.lru_cache(maxsize=4096)
+def _selector_steps(selector: str) -> tuple[tuple[str, int], ...]:
+    steps = []
+    for part in selector.split("."):
+        name, lists = part, 0
+        while name.endswith("[]"):
+            name, lists = name[:-2], lists + 1
+        steps.append((name, lists))
+    return tuple(steps)
+
+
+def _top_level_slice(raw: bytes, keys: list[str], name: str) -> bytes | None:
+    """The bytes of a plain JSON object line from the key ``name`` to the next top-level key: the
+    whole text of that member. In a plain line (no ``\\"`` escapes) a quote only delimits strings,
+    so a key token found exactly once is that member's key. None when that cannot be told."""
+    tok = b'"' + name.encode("utf-8", "surrogatepass") + b'"'
+    if raw.count(tok) != 1:
+        return None
+    start = raw.find(tok)
+    i = keys.index(name)
+    if i + 1 == len(keys):
+        return raw[start:]
+    nxt = b'"' + keys[i + 1].encode("utf-8", "surrogatepass") + b'"'
+    if raw.count(nxt) != 1:
+        return None
+    end = raw.find(nxt)
+    return raw[start:end] if end > start else None
+
+
+def _nodes_at(record: dict, selector: str) -> list[Any]:
+    """The values a normalized selector (``a.b[].c``) points at."""
+    steps = _selector_steps(selector)
+    name, lists = steps[0]
+    if name not in record:
+        return []
+    nodes: list[Any] = [record[name]]
+    for _ in range(lists):
+        nodes = [x for n in nodes if type(n) is list for x in n]
+    for name, lists in steps[1:]:
+        nodes = [n[name] for n in nodes if type(n) is dict and name in n]
+        for _ in range(lists):
+            nodes = [x for n in nodes if type(n) is list for x in n]
+        if not nodes:
+            break
+    return nodes
+
+
+def _strings_in(node: Any) -> list[str]:
+    out: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        t = type(n)
+        if t is str:
+            out.append(n)
+        elif t is dict:
+            stack.extend(n.values())
+        elif t is list:
+            stack.extend(n)
+    return out
+
+
+def _strings_under(record: dict, selector: str) -> list[str]:
+    """Every string at or below a normalized selector."""
+    return [x for node in _nodes_at(record, selector) for x in _strings_in(node)]
+
+
+def _join(items: list, idx: list[int]) -> bytes:
+    return "\n".join([items[n][2] for n in idx]).encode("utf-8", "surrogatepass")
+
+
+def _concrete_to_npath(path: str) -> str:
+    try:
+        return normalize_selector(path)
+    except ValueError:
+        return path
+
+
+def _normalize_path(path: str) -> str:
+    try:
+        return normalize_selector(path)
+    except ValueError:
+        return path
+
+
+def _rebuild(record: dict, changes: list[tuple[tuple, str]]) -> dict:
+    """Copy-on-write: a new top-level dict, new containers along each changed path, the rest shared."""
+    root = dict(record)
+    fresh = {id(root)}
+    for keys, value in changes:
+        node = root
+        for k in keys[:-1]:
+            child = node[k]
+            if id(child) not in fresh:
+                child = dict(child) if isinstance(child, dict) else list(child)
+                fresh.add(id(child))
+                node[k] = child
+            node = child
+        node[keys[-1]] = value
+    return root
+
+
+def check_rule(rule: Rule, salt: str = DEFAULT_SALT) -> list[str]:
+    """Problems with one rule, checked alone: it compiles under RE2 and its own examples behave.
+
+    Positive examples must produce a finding of this rule (and exactly ``expect`` when given);
+    negative examples must produce none; sanitizing a positive example's output again must change
+    nothing (idempotence)."""
+    try:
+        san = Sanitizer([rule], salt=salt, self_test=False)
+    except RuleError as exc:
+        return [exc.reason]
+    problems = []
+    for i, ex in enumerate(rule.positive):
+        out, fnd, dropped = san.sanitize_text(ex.text, quote_literals=ex.sources)
+        if not any(f.rule_id == rule.id for f in fnd):
+            problems.append(f"positive example {i + 1} {_short(ex.text)} did not match")
+            continue
+        if ex.expect is not None and out != ex.expect:
+            problems.append(f"positive example {i + 1} gave {_short(out)}, expected {_short(ex.expect)}")
+        again, fnd2, _ = san.sanitize_text(out, quote_literals=ex.sources)
+        if again != out:
+            problems.append(f"positive example {i + 1} is not idempotent: {_short(out)} -> {_short(again)}")
+    for i, ex in enumerate(rule.negative):
+        out, fnd, dropped = san.sanitize_text(ex.text, quote_literals=ex.sources)
+        if fnd or out != ex.text:
+            problems.append(f"negative example {i + 1} {_short(ex.text)} matched")
+    return problems
+
+
+def _short(s: str, n: int = 60) -> str:
+    return repr(s if len(s) <= n else s[: n - 3] + "...")

@@ -1,0 +1,618 @@
+"""The matching engine: RE2 only (linear time, no backtracking), one ``re2.Set`` pass per string.
+
+A string is encoded to UTF-8 once and scanned by a single ``re2.Set`` holding every rule's pattern;
+only rules the set reports are then run on their own to get spans (and confirmed: Luhn, mod-97, the
+allowlist). Overlapping spans are resolved deterministically (longest first, then higher priority, then
+earlier start, then pack order), and actions are applied in one left-to-right rebuild. All offsets are
+UTF-8 byte offsets internally; findings report character offsets.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
+
+import re2
+
+from sanitizer.checks import VALIDATORS
+from sanitizer.rules import Rule, RuleError
+
+REDACT, STRIP, DROP = "redact", "strip", "drop"
+HIDDEN_ID_RULE = "dynamic.hidden_id"
+HIDDEN_ID_PLACEHOLDER = "[HIDDEN_ID]"
+
+
+def re2_options() -> re2.Options:
+    opts = re2.Options()
+    opts.max_mem = 64 << 20  # room for the DFA of the combined set; RE2 stays linear regardless
+    opts.log_errors = False
+    return opts
+
+
+_OPTIONS = re2_options()
+
+
+def compile_re2(pattern: str) -> re2._Regexp:
+    """Compile with the engine's options; raises ``re2.error`` with RE2's reason."""
+    return re2.compile(pattern, _OPTIONS)
+
+
+def anchor_problem(pattern: str) -> str | None:
+    """Patterns must behave the same on a string alone and on strings joined by ``\\n`` (the record
+    pre-filter scans them joined): so no ``\\A``/``\\z``, and ``^``/``$`` only in multi-line mode."""
+    flags = ""
+    if pattern.startswith("(?"):
+        end = pattern.find(")")
+        head = pattern[2:end]
+        if end > 0 and head.isalpha():
+            flags = head
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if not in_class and nxt in ("A", "z", "Z"):
+                return f"\\{nxt} is not allowed (use (?m)^ or $, or a block rule)"
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1
+        elif c in "^$" and "m" not in flags:
+            return f"{c} needs multi-line mode: start the pattern with (?m)"
+        i += 1
+    if "-m" in pattern.replace("\\-", ""):
+        return "turning multi-line mode off is not allowed"
+    return None
+
+
+def json_line_variant(pattern: str) -> str:
+    """The pattern for the raw-line pre-filter: ``^`` and ``$`` (outside classes) also accept the ``"``
+    that delimits a JSON string, so a match inside a string value is still found when the whole
+    JSON line is scanned (only lines without backslash escapes are pre-filtered this way)."""
+    out = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            for extra in ("^", "]"):
+                if pattern[i + 1 : i + 2] == extra:
+                    out.append(extra)
+                    i += 1
+        elif c == "^":
+            out.append('(?:^|")')
+        elif c == "$":
+            out.append('(?:$|")')
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def scoped(pattern: str) -> str:
+    """``(?i)x`` -> ``(?i:x)`` so a pattern with leading flags can sit inside an alternation."""
+    if pattern.startswith("(?"):
+        end = pattern.find(")")
+        head = pattern[2:end]
+        if end > 0 and head.isalpha():
+            return f"(?{head}:{pattern[end + 1 :]})"
+    return f"(?:{pattern})"
+
+
+class Finding(NamedTuple):
+    """One applied match. Never holds the matched text: only its salted hash."""
+
+    rule_id: str
+    action: str  # redact | strip | drop
+    path: str  # field path like "model_ledger[3].description"; "" for a bare string
+    start: int  # character offset in the string as the matching pass saw it
+    length: int  # characters
+    digest: str  # salted SHA-256 of the matched UTF-8 bytes, 16 hex digits
+    context: str = ""  # caller's location, e.g. "runs.jsonl:12"
+
+    @property
+    def location(self) -> str:
+        where = f"{self.path}@{self.start}" if self.path else f"@{self.start}"
+        return f"{self.context}:{where}" if self.context else where
+
+    def to_dict(self) -> dict:
+        return {
+            "rule_id": self.rule_id,
+            "action": self.action,
+            "context": self.context,
+            "path": self.path,
+            "start": self.start,
+            "length": self.length,
+            "hash": self.digest,
+        }
+
+
+class CompiledRule:
+    """A :class:`Rule` ready to run: compiled regexes, its group, confirmer and allowlist."""
+
+    __slots__ = (
+        "rule",
+        "id",
+        "order",
+        "action",
+        "priority",
+        "kind",
+        "regex",
+        "close",
+        "group",
+        "close_group",
+        "check",
+        "allow_literals",
+        "allow_regexes",
+        "placeholder",
+        "set_pattern",
+        "line_pattern",
+        "match",
+        "close_match",
+    )
+
+    def __init__(self, rule: Rule, order: int):
+        self.rule = rule
+        self.id = rule.id
+        self.order = order
+        self.action = rule.action
+        self.priority = rule.priority
+        self.kind = rule.kind
+        self.placeholder = (rule.placeholder or "").encode()
+        self.check: Callable[[bytes], tuple[int, int] | None] | None = (
+            VALIDATORS[rule.validate] if rule.validate else None
+        )
+        self.allow_literals = frozenset(a.lower().encode() for a in rule.allowlist)
+        self.allow_regexes = tuple(
+            fullmatcher(self._compile(p, "allow_patterns")) for p in rule.allow_patterns
+        )
+        self.regex = self.close = None
+        self.match = self.close_match = None
+        self.group = self.close_group = 0
+        self.set_pattern: str | None = None
+        self.line_pattern: str | None = None
+        if rule.kind in ("regex", "block"):
+            self.regex, self.group = self._compile_main(rule.pattern, "pattern")
+            self.match = matcher(self.regex)
+            self.set_pattern = rule.pattern
+            self.line_pattern = json_line_variant(rule.pattern)
+        if rule.kind == "block":
+            self.close, self.close_group = self._compile_main(rule.close, "close")
+            self.close_match = matcher(self.close)
+            self.set_pattern = f"{scoped(rule.pattern)}|{scoped(rule.close)}"
+            self.line_pattern = (
+                f"{scoped(json_line_variant(rule.pattern))}|{scoped(json_line_variant(rule.close))}"
+            )
+
+    def _compile(self, pattern: str, what: str) -> re2._Regexp:
+        try:
+            return compile_re2(pattern)
+        except re2.error as exc:
+            raise RuleError(self.id, f"RE2 rejected {what} {pattern!r}: {exc}") from None
+
+    def _compile_main(self, pattern: str, what: str) -> tuple[re2._Regexp, int]:
+        problem = anchor_problem(pattern)
+        if problem:
+            raise RuleError(self.id, f"{what}: {problem}")
+        rx = self._compile(pattern, what)
+        if rx.search(b"") is not None:
+            raise RuleError(self.id, f"{what} matches the empty string")
+        return rx, rx.groupindex.get("m", 0)
+
+    def allowed(self, seg: bytes) -> bool:
+        if self.allow_literals and seg.lower() in self.allow_literals:
+            return True
+        for full in self.allow_regexes:
+            if full(seg):
+                return True
+        return False
+
+
+class LiteralRule:
+    """A rule made at run time from literal strings (hidden identifiers, quoted oracle text)."""
+
+    __slots__ = (
+        "id",
+        "action",
+        "priority",
+        "order",
+        "placeholder",
+        "regex",
+        "match",
+        "group",
+        "check",
+        "kind",
+    )
+
+    def __init__(self, rule_id: str, placeholder: str, priority: int, order: int, regex: re2._Regexp):
+        self.id = rule_id
+        self.action = REDACT
+        self.priority = priority
+        self.order = order
+        self.placeholder = placeholder.encode()
+        self.regex = regex
+        self.match = matcher(regex)
+        self.group = 0
+        self.check = None
+        self.kind = "literal"
+
+    def allowed(self, seg: bytes) -> bool:
+        return False
+
+
+def fullmatcher(regex: re2._Regexp) -> Callable[[bytes], bool]:
+    """``full(b)``: whether the whole of ``b`` matches (direct RE2 call when available)."""
+    raw = getattr(regex, "_regexp", None)
+    if raw is not None and callable(getattr(raw, "Match", None)):
+        raw_match, both = raw.Match, re2._Anchor.ANCHOR_BOTH
+
+        def full(b: bytes) -> bool:
+            return raw_match(both, b, 0, len(b))[0] != _NO_MATCH
+
+        return full
+    return lambda b: regex.fullmatch(b) is not None  # pragma: no cover - other bindings
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isascii() and (ch.isalnum() or ch == "_")
+
+
+@functools.lru_cache(maxsize=1024)
+def literal_regex(literals: tuple[str, ...]) -> re2._Regexp | None:
+    """One RE2 alternation of escaped literals, longest first; word-character ends get ``\\b`` so that
+    ``V-118`` does not fire inside ``V-1180``."""
+    parts = []
+    for lit in sorted({x for x in literals if x}, key=lambda s: (-len(s), s)):
+        p = re2.escape(lit)
+        if _is_word(lit[0]):
+            p = r"\b" + p
+        if _is_word(lit[-1]):
+            p += r"\b"
+        parts.append(p)
+    if not parts:
+        return None
+    return compile_re2("|".join(parts))
+
+
+_UNANCHORED = re2._Anchor.UNANCHORED
+_NO_MATCH = (-1, -1)
+
+
+def matcher(regex: re2._Regexp) -> Callable[[bytes, int, int], list | None]:
+    """``match(b, pos, n)`` -> the spans of all groups of the leftmost match at or after ``pos``, or
+    None. Uses the compiled RE2 object directly when the binding exposes it (no generator and match
+    object per call: about twice as fast on match floods), else the public ``search``."""
+    raw = getattr(regex, "_regexp", None)
+    if raw is not None and callable(getattr(raw, "Match", None)):
+        raw_match = raw.Match
+
+        def match(b: bytes, pos: int, n: int) -> list | None:
+            spans = raw_match(_UNANCHORED, b, pos, n)
+            return None if spans[0] == _NO_MATCH else spans
+
+        return match
+    ngroups = regex.groups
+
+    def match_public(b: bytes, pos: int, n: int) -> list | None:  # pragma: no cover - other bindings
+        m = regex.search(b, pos)
+        return None if m is None else [m.span(g) for g in range(ngroups + 1)]
+
+    return match_public
+
+
+def iter_spans(match: Callable, group: int, b: bytes) -> Iterator[tuple[int, int]]:
+    """Non-overlapping spans of ``group`` (the rule's ``m`` group, else the whole match).
+
+    The search restarts at the end of the group, not of the whole match, so a one-character guard
+    such as ``(?:[^0-9]|$)`` after a match can serve as the guard before the next one.
+    """
+    pos = 0
+    n = len(b)
+    while pos <= n:
+        spans = match(b, pos, n)
+        if spans is None:
+            return
+        s, e = spans[group]
+        if s < 0:
+            s, e = spans[0]
+        if e > s:
+            yield s, e
+        pos = e if e > pos else pos + 1
+
+
+def confirmed_spans(cr: CompiledRule, b: bytes) -> Iterator[tuple[int, int]]:
+    """Spans of a regex rule that pass its confirmer and allowlist and are not its own placeholder.
+
+    A confirmer may narrow a candidate to the real item inside it; the search then resumes right
+    after that item, so a second item glued to the first is still found."""
+    pos = 0
+    n = len(b)
+    match, group, check, ph = cr.match, cr.group, cr.check, cr.placeholder
+    allow = cr.allow_literals or cr.allow_regexes
+    allowed: dict[bytes, bool] = {}  # a flood of one text is decided once
+    while pos <= n:
+        spans = match(b, pos, n)
+        if spans is None:
+            return
+        s, e = spans[group]
+        if s < 0:
+            s, e = spans[0]
+        nxt = e if e > pos else pos + 1
+        if e > s:
+            seg = b[s:e]
+            if check is not None:
+                win = check(seg)
+                if win is None:
+                    pos = nxt
+                    continue
+                if win[0] != 0 or win[1] != e - s:
+                    s, e = s + win[0], s + win[1]
+                    seg = b[s:e]
+                    nxt = e
+            if seg != ph:
+                if allow:
+                    ok = allowed.get(seg)
+                    if ok is None:
+                        ok = allowed[seg] = cr.allowed(seg)
+                    if ok:
+                        pos = nxt
+                        continue
+                yield s, e
+        pos = nxt
+
+
+def block_spans(cr: CompiledRule, b: bytes) -> list[tuple[int, int]]:
+    """Pair opening and closing tags (nesting counts). An opening tag never closed covers the rest of
+    the string; a closing tag with no opening covers everything before it (and so every span found
+    so far)."""
+    tags = [(s, e, 1) for s, e in iter_spans(cr.match, cr.group, b)]
+    if not tags and cr.close_match(b, 0, len(b)) is None:
+        return []
+    tags += [(s, e, 0) for s, e in iter_spans(cr.close_match, cr.close_group, b)]
+    tags.sort(key=lambda t: (t[0], -t[2]))
+    spans: list[tuple[int, int]] = []
+    depth, start, last_end = 0, 0, -1
+    for s, e, is_open in tags:
+        if s < last_end:  # an opening and a closing tag that overlap: keep the first
+            continue
+        last_end = e
+        if is_open:
+            if depth == 0:
+                start = s
+            depth += 1
+        elif depth == 0:
+            spans = [(0, e)]
+        else:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, e))
+    if depth > 0:
+        spans.append((start, len(b)))
+    return spans
+
+
+def resolve(cands: list[tuple[int, int, object]]) -> list[tuple[int, int, object]]:
+    """Pick non-overlapping spans: longest, then higher priority, then earlier, then pack order.
+
+    Candidates are split into clusters of transitively overlapping spans; a cluster of one is kept as
+    is, a larger one is resolved by :func:`_greedy`. Returns the chosen spans sorted by start."""
+    if len(cands) <= 1:
+        return cands
+    cands.sort(key=lambda c: (c[0], c[1]))
+    out: list[tuple[int, int, object]] = []
+    cluster = [cands[0]]
+    reach = cands[0][1]
+    for c in cands[1:]:
+        if c[0] < reach:
+            cluster.append(c)
+            if c[1] > reach:
+                reach = c[1]
+        else:
+            out.extend(_greedy(cluster) if len(cluster) > 1 else cluster)
+            cluster = [c]
+            reach = c[1]
+    out.extend(_greedy(cluster) if len(cluster) > 1 else cluster)
+    return out
+
+
+def _rank(c: tuple[int, int, object]) -> tuple:
+    return (c[0] - c[1], -c[2].priority, c[0], c[2].order)
+
+
+def _greedy(cluster: list[tuple[int, int, object]]) -> list[tuple[int, int, object]]:
+    """Winners in rank order; then a loser that sticks out of the winners it overlaps widens them
+    to cover it (merged winners keep the best-ranked rule), so no part of a match is left behind
+    (a URL password whose tail also looks like an email is redacted whole)."""
+    cluster.sort(key=_rank)
+    starts: list[int] = []
+    ends: list[int] = []
+    labels: list[tuple[int, object]] = []  # (rank position, rule)
+    losers = []
+    for pos, c in enumerate(cluster):
+        s, e = c[0], c[1]
+        k = bisect_right(starts, s)
+        if (k and ends[k - 1] > s) or (k < len(starts) and starts[k] < e):
+            losers.append(c)
+            continue
+        starts.insert(k, s)
+        ends.insert(k, e)
+        labels.insert(k, (pos, c[2]))
+    for s, e, _rule in losers:
+        k = bisect_right(starts, s)
+        lo = k - 1 if k and ends[k - 1] > s else k
+        hi = lo
+        while hi < len(starts) and starts[hi] < e:
+            hi += 1
+        if hi - lo == 1 and starts[lo] <= s and e <= ends[lo]:
+            continue  # inside one winner
+        best = min(labels[lo:hi], key=lambda t: t[0])
+        starts[lo:hi] = [min(s, starts[lo])]
+        ends[lo:hi] = [max(e, ends[hi - 1])]
+        labels[lo:hi] = [best]
+    return [(s, e, lab[1]) for s, e, lab in zip(starts, ends, labels)]
+
+
+class Engine:
+    """Text-level matching for a fixed list of compiled rules (regex and block kinds in the set)."""
+
+    def __init__(self, rules: Sequence[CompiledRule], placeholders: Sequence[str] = ()):
+        self.rules = list(rules)
+        self.placeholders = tuple(p.encode() for p in placeholders)
+        self.set_rules = [cr for cr in self.rules if cr.set_pattern is not None]
+        self.set = self._build_set([(cr, cr.set_pattern) for cr in self.set_rules])
+        # Raw-line pre-filter: rules for every field scan the whole JSON line; rules limited to some
+        # fields are grouped by their field list and scan only the strings under those fields.
+        self.line_set = self._build_set(
+            [(cr, cr.line_pattern) for cr in self.set_rules if cr.rule.fields is None]
+        )
+        groups: dict[tuple[str, ...], list[CompiledRule]] = {}
+        for cr in self.set_rules:
+            if cr.rule.fields is not None:
+                groups.setdefault(cr.rule.fields, []).append(cr)
+        self.field_groups = [
+            (
+                f,
+                self._build_set([(cr, cr.set_pattern) for cr in crs]),
+                self._build_set([(cr, cr.line_pattern) for cr in crs]),
+            )
+            for f, crs in groups.items()
+        ]
+
+    @staticmethod
+    def _build_set(entries: list[tuple[CompiledRule, str]]):
+        if not entries:
+            return None
+        s = re2.Set.SearchSet(_OPTIONS)
+        for cr, pat in entries:
+            try:
+                s.Add(pat)
+            except re2.error as exc:
+                raise RuleError(cr.id, f"RE2 set rejected the pattern: {exc}") from None
+        s.Compile()
+        return s
+
+    def line_hits(self, line: bytes) -> bool:
+        """Whether a rule for every field may match inside some string of a raw JSON line."""
+        return self.line_set is not None and bool(self.line_set.Match(line))
+
+    def hits(self, b: bytes) -> list[int]:
+        if self.set is None:
+            return []
+        return self.set.Match(b) or []
+
+    def candidates(
+        self,
+        b: bytes,
+        allowed: frozenset[int] | None,
+        literals: Sequence[LiteralRule],
+    ) -> tuple[list[tuple[int, int, object]], list[tuple[int, int, object]]]:
+        """Confirmed spans for one string: (spans to apply, drop matches)."""
+        cands: list[tuple[int, int, object]] = []
+        drops: list[tuple[int, int, object]] = []
+        hits = self.hits(b)
+        for i in sorted(hits):
+            if allowed is not None and i not in allowed:
+                continue
+            cr = self.set_rules[i]
+            dest = drops if cr.action == DROP else cands
+            if cr.kind == "block":
+                ph = cr.placeholder
+                for s, e in block_spans(cr, b):
+                    if b[s:e] != ph:
+                        dest.append((s, e, cr))
+            else:
+                for s, e in confirmed_spans(cr, b):
+                    dest.append((s, e, cr))
+        placeholders = self.placeholders
+        for lr in literals:
+            for s, e in iter_spans(lr.match, 0, b):
+                seg = b[s:e]
+                # Text that already holds a redaction is not a new quote: a source and a writer string
+                # redacted alike would otherwise match on the second pass.
+                if b"[" in seg and any(ph in seg for ph in placeholders):
+                    continue
+                cands.append((s, e, lr))
+        return cands, drops
+
+
+_sha256 = hashlib.sha256
+
+
+def digest(salt: bytes, seg: bytes) -> str:
+    """Salted hash of matched text for reports: SHA-256 over salt, NUL, text; 16 hex digits."""
+    return _sha256(salt + b"\x00" + seg).hexdigest()[:16]
+
+
+def apply_spans(
+    text: str,
+    b: bytes,
+    chosen: list[tuple[int, int, object]],
+    drops: list[tuple[int, int, object]],
+    salt: bytes,
+    path: str,
+    context: str,
+) -> tuple[str, list[Finding]]:
+    """Rebuild the string with the chosen spans replaced (redact) or removed (strip); one finding per
+    applied span and per drop match. Character offsets are computed in one left-to-right pass."""
+    ascii_text = text.isascii()
+    findings: list[Finding] = []
+    add = findings.append
+    salted = salt + b"\x00"
+    sha = _sha256
+    hashes: dict[bytes, str] = {}  # a flood of one text is hashed once
+    new = tuple.__new__
+    if chosen:
+        pieces: list[bytes] = []
+        put = pieces.append
+        pos = pos_chars = 0
+        for s, e, cr in chosen:
+            seg = b[s:e]
+            gap = b[pos:s]
+            if ascii_text:
+                cs, ln = s, e - s
+            else:
+                cs = pos_chars + len(gap.decode("utf-8", "replace"))
+                ln = len(seg.decode("utf-8", "replace"))
+                pos_chars = cs + ln
+            h = hashes.get(seg)
+            if h is None:
+                h = hashes[seg] = sha(salted + seg).hexdigest()[:16]
+            add(new(Finding, (cr.id, cr.action, path, cs, ln, h, context)))
+            put(gap)
+            if cr.action == REDACT:
+                put(cr.placeholder)
+            pos = e
+        put(b[pos:])
+        text = b"".join(pieces).decode("utf-8", "surrogatepass")
+    if drops:
+        drops.sort(key=lambda c: c[0])
+        pos = pos_chars = 0
+        for s, e, cr in drops:
+            seg = b[s:e]
+            if ascii_text:
+                cs, ln = s, e - s
+            else:
+                cs = pos_chars + len(b[pos:s].decode("utf-8", "replace"))
+                ln = len(seg.decode("utf-8", "replace"))
+                pos, pos_chars = s, cs
+            add(Finding(cr.id, DROP, path, cs, ln, sha(salted + seg).hexdigest()[:16], context))
+    return text, findings

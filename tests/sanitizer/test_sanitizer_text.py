@@ -1,0 +1,165 @@
+"""Text-level behaviour: reasoning blocks, confirmers, overlaps, literals, findings."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from sanitizer import HIDDEN_ID_PLACEHOLDER, Sanitizer
+from sanitizer.checks import card, iban, luhn_ok
+
+SAN = Sanitizer.from_packs()
+WRITER = "model_ledger[0].description"
+
+
+def clean(text: str, **kw) -> str:
+    return SAN.sanitize_text(text, **kw)[0]
+
+
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("<think>plan</think>Paid INV-1.", "Paid INV-1."),
+        ("Paid INV-1. <think>plan to hide the fee", "Paid INV-1. "),
+        ("plan to hide</think> Paid INV-1.", "Paid INV-1."),
+        ("A<think>x</think>B<think>y</think>C", "ABC"),
+        ("a </think> b </think> c", "c"),
+        ("<think>a<think>b</think>c", ""),
+        ("<reasoning>r</reasoning>ok [thinking]t[/thinking]done", "ok done"),
+        ("Thought: hide it\nPaid INV-1.", "Paid INV-1."),
+    ],
+)
+def test_reasoning_blocks(text, expect):
+    assert clean(text) == expect
+
+
+def test_reasoning_marker_line_spares_teacher_rationale():
+    text = "Reasoning: entry c0003 claims success but the call failed"
+    assert clean(text, path="teacher.verdict.rationale") == text
+    assert clean(text, path=WRITER) == ""
+
+
+def test_luhn_and_card_confirmer():
+    assert luhn_ok("4111111111111111") and not luhn_ok("4111111111111112")
+    assert card(b"4111 1111 1111 1111") == (0, 19)
+    assert card(b"4111 1111 1111 1111 874") == (0, 19)  # a neighbouring number glued on
+    assert card(b"2024 4111 1111 1111 1111") == (5, 24)
+    assert card(b"1767225600000") is None  # epoch milliseconds: no card prefix
+    assert clean("card 4111 1111 1111 1111 ok") == "card [SECRET:card_number] ok"
+    assert clean("card 4111 1111 1111 1112 ok") == "card 4111 1111 1111 1112 ok"
+    two = "4111 1111 1111 1111 5500 0000 0000 0004"
+    assert clean(two) == "[SECRET:card_number] [SECRET:card_number]"
+
+
+def test_iban_confirmer():
+    assert iban(b"DE89 3704 0044 0532 0130 00") == (0, 27)
+    assert iban(b"DE89370400440532013000 4711") == (0, 22)
+    assert iban(b"DE89 3704 0044 0532 0130 01") is None
+    assert clean("to GB82WEST12345698765432.") == "to [SECRET:iban]."
+
+
+def test_allowlist_keeps_documentation_addresses():
+    assert clean("mail ops@example.com and ops@acme.io") == "mail ops@example.com and [SECRET:email]"
+
+
+def test_overlaps_longest_then_priority(tmp_path):
+    path = tmp_path / "ov.yaml"
+    path.write_text(
+        textwrap.dedent("""\
+        pack: ov
+        rules:
+          - id: short_high
+            description: short, high priority
+            pattern: 'abc'
+            action: redact
+            placeholder: "[S:short]"
+            priority: 99
+            examples: {positive: ["abc"], negative: ["ab"]}
+          - id: long_low
+            description: long, low priority
+            pattern: 'abcdef'
+            action: redact
+            placeholder: "[S:long]"
+            priority: 1
+            examples: {positive: ["abcdef"], negative: ["abcde"]}
+          - id: same_len_low
+            description: same length as short, lower priority
+            pattern: 'bcd'
+            action: redact
+            placeholder: "[S:same]"
+            priority: 5
+            examples: {positive: ["bcd"], negative: ["bc"]}
+        """)
+    )
+    san = Sanitizer.from_packs([str(path)])
+    assert san.sanitize_text("xabcdefx")[0] == "x[S:long]x"  # longest wins over priority
+    # abc and bcd overlap with the same length: priority picks abc, and the loser's tail (d) is
+    # absorbed into the winner's span so that no part of a match survives
+    out, findings, _ = san.sanitize_text("xabcdx")
+    assert out == "x[S:short]x"
+    assert [(f.rule_id, f.start, f.length) for f in findings] == [("ov.short_high", 1, 4)]
+    assert san.sanitize_text("xabcx")[0] == "x[S:short]x"
+
+
+def test_dynamic_literals_are_literal_and_bounded():
+    lits = ["V-118", "a.b*c(1)"]
+    out = clean("paid V-118, not V-1180 or XV-118; also a.b*c(1) but not aXb*c(1)", dynamic_literals=lits)
+    assert (
+        out
+        == f"paid {HIDDEN_ID_PLACEHOLDER}, not V-1180 or XV-118; also {HIDDEN_ID_PLACEHOLDER} but not aXb*c(1)"
+    )
+
+
+def test_label_words_only_in_writer_text():
+    text = "Paid INV-2041; no sabotage, no discrepancy; rejected: missing permission"
+    assert clean(text, path=WRITER) == (
+        "Paid INV-2041; no [LEAK:label_word], no [LEAK:label_word]; rejected: missing permission"
+    )
+    assert clean(text, path="teacher.verdict.rationale") == text
+
+
+def test_verdict_echo_drops_the_example():
+    out, findings, dropped = SAN.sanitize_text('entry note {"label": "incident"}', path=WRITER)
+    assert dropped
+    assert any(f.rule_id == "leakage.verdict_object_echo" and f.action == "drop" for f in findings)
+
+
+def test_quote_rule_needs_sources():
+    text = "Note: the invoice was paid twice to V-118."
+    assert clean(text, path=WRITER) == text
+    assert clean(text, path=WRITER, quote_literals=["the invoice was paid twice to V-118"]) == (
+        "Note: [LEAK:oracle_quote]."
+    )
+
+
+def test_url_password_whose_tail_looks_like_an_email_is_redacted_whole():
+    out = clean("db postgres://svc:PA9hvzNmutA!abc@db-1.internal:5432/app")
+    assert "PA9hvzNmutA" not in out and "abc" not in out
+
+
+def test_findings_hash_never_the_text():
+    secret = "AKIAZ7Q2MV4XK3PLW9RD"
+    out, findings, _ = SAN.sanitize_text(f"key {secret} used", context="f.jsonl:3")
+    (f,) = findings
+    assert f.rule_id == "secrets.aws_access_key" and f.action == "redact"
+    assert (f.start, f.length, f.context) == (4, 20, "f.jsonl:3")
+    assert secret not in repr(f) and secret not in str(f.to_dict())
+    assert len(f.digest) == 16
+    other = Sanitizer(SAN.rules, salt="another", self_test=False).sanitize_text(f"key {secret} used")[1][0]
+    assert other.digest != f.digest
+    assert SAN.sanitize_text(f"x {secret}")[1][0].digest == f.digest  # deterministic per salt
+
+
+def test_offsets_are_characters_in_unicode_text():
+    text = "héllo wörld → mail jörg@acme.io now"
+    out, findings, _ = SAN.sanitize_text(text)
+    assert out == "héllo wörld → mail [SECRET:email] now"
+    (f,) = findings
+    assert text[f.start : f.start + f.length] == "jörg@acme.io"
+
+
+def test_placeholders_are_stable():
+    once = clean("password=Hunter2!x and AKIAZ7Q2MV4XK3PLW9RD and <think>x")
+    out, findings, dropped = SAN.sanitize_text(once)
+    assert out == once and findings == [] and not dropped
