@@ -1,0 +1,623 @@
+"""Generation backends behind one interface: transformers (base + LoRA adapter, CPU or GPU), vLLM with
+LoRA (GPU clusters, optional), and a scripted backend for tests.
+
+``Backend.generate(prompts, task=..., adapter=True) -> list[str]`` takes chat-format prompts (lists of
+``{role, content}``) and returns one answer per prompt; ``complete`` wraps it so that a failure becomes a
+per-item ``provider_error`` instead of an exception. ``adapter=False`` asks for the base model without
+the adapter (the baseline measured in the same run).
+
+Decoding settings (greedy by default) come from ``configs/eval/decoding.yaml``; the per-task
+``max_new_tokens`` bound every answer.
+
+On a CPU the transformers backend loads the base as it was trained (4-bit when it was) and then
+replaces every 4-bit linear layer by a plain one holding the dequantized weights: the function is the
+same (bitsandbytes dequantizes to the compute dtype before each matmul on a CPU), several times faster.
+The adapter is then merged into those weights (``merge_adapter: auto``, about a third faster); the
+base-model baseline loads a second, unmerged copy on first use. On a GPU the adapter stays separate and
+the baseline runs with it disabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger("ledgerwright.eval")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DECODING = REPO_ROOT / "configs" / "eval" / "decoding.yaml"
+TASKS = ("writer_action", "reader_verdict", "writer_memory", "reader_policy")
+STOP_TOKENS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "</s>")
+HASH_BASE_LIMIT = 1 << 30  # hash the base model's files when they are smaller than this
+
+
+class BackendError(RuntimeError):
+    """A backend that cannot be created or used (missing package, missing checkpoint file)."""
+
+
+class DecodingConfigError(ValueError):
+    pass
+
+
+@dataclass
+class DecodingConfig:
+    """How answers are generated (``configs/eval/decoding.yaml``)."""
+
+    backend: str = "transformers"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 16
+    max_new_tokens: dict[str, int] = field(
+        default_factory=lambda: {
+            "writer_action": 160,
+            "reader_verdict": 192,
+            "writer_memory": 768,
+            "reader_policy": 32,
+        }
+    )
+    max_input_tokens: int | None = None
+    attn_implementation: str = "sdpa"
+    merge_adapter: str = "auto"  # auto | true | false
+    dequantize_on_cpu: bool = True
+    threads: int | None = 1
+    vllm_gpu_memory_utilization: float = 0.85
+    vllm_max_model_len: int | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """Digest of the settings that change answers (not threads or batch plumbing of vLLM)."""
+        d = self.to_dict()
+        for k in ("threads", "vllm_gpu_memory_utilization"):
+            d.pop(k)
+        return "sha256:" + hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+    def tokens_for(self, task: str) -> int:
+        if task not in self.max_new_tokens:
+            raise DecodingConfigError(f"max_new_tokens: no value for task {task!r}")
+        return int(self.max_new_tokens[task])
+
+
+def load_decoding(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> DecodingConfig:
+    """Defaults < YAML < overrides; unknown keys and bad values raise DecodingConfigError naming the file."""
+    cfg = DecodingConfig()
+    names = {f.name for f in dataclasses.fields(DecodingConfig)}
+    src = str(path) if path else "defaults"
+    values: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise DecodingConfigError(f"{p}: cannot read decoding config: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise DecodingConfigError(f"{p}: top level must be a mapping")
+        values.update(loaded)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for key, value in values.items():
+        if key not in names:
+            raise DecodingConfigError(f"{src}: {key}: unknown field (known: {sorted(names)})")
+        if key == "max_new_tokens":
+            if not isinstance(value, dict) or not all(isinstance(v, int) and v > 0 for v in value.values()):
+                raise DecodingConfigError(
+                    f"{src}: max_new_tokens: expected a mapping of task -> positive integer"
+                )
+            value = {**cfg.max_new_tokens, **value}
+        setattr(cfg, key, value)
+    if cfg.backend not in ("transformers", "vllm"):
+        raise DecodingConfigError(f"{src}: backend: expected transformers or vllm, got {cfg.backend!r}")
+    if not isinstance(cfg.temperature, int | float) or cfg.temperature < 0:
+        raise DecodingConfigError(f"{src}: temperature: expected a number >= 0")
+    if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
+        raise DecodingConfigError(f"{src}: batch_size: expected a positive integer")
+    if str(cfg.merge_adapter).lower() not in ("auto", "true", "false"):
+        raise DecodingConfigError(f"{src}: merge_adapter: expected auto, true or false")
+    cfg.merge_adapter = str(cfg.merge_adapter).lower()
+    return cfg
+
+
+@dataclass
+class Completion:
+    """One answer, or the error that prevented it (``text`` None)."""
+
+    text: str | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Backend:
+    """The interface every backend implements."""
+
+    name = "backend"
+
+    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
+        raise NotImplementedError
+
+    def fingerprint(self, adapter: bool = True) -> str:
+        """What identifies the model that answers (checkpoint digest, or 'base of' it) and decoding."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+    def complete(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[Completion]:
+        """``generate`` with failures turned into per-item errors: a failing batch is retried item by
+        item, and an item that still fails gets ``error`` set (a provider error, counted, never dropped)."""
+        if not prompts:
+            return []
+        try:
+            return [Completion(t) for t in self.generate(prompts, task=task, adapter=adapter)]
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any generation failure is a provider error per item
+            if len(prompts) == 1:
+                return [Completion(None, f"{type(exc).__name__}: {exc}")]
+            logger.warning("generation failed for a batch of %d (%s); retrying one by one", len(prompts), exc)
+        out = []
+        for p in prompts:
+            try:
+                out.append(Completion(self.generate([p], task=task, adapter=adapter)[0]))
+            except BackendError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                out.append(Completion(None, f"{type(exc).__name__}: {exc}"))
+        return out
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def read_checkpoint(ckpt: str | Path) -> dict:
+    """The train manifest of a checkpoint directory, with a clear error when it is not one."""
+    ckpt = Path(ckpt)
+    man = ckpt / "manifest.json"
+    if not ckpt.is_dir():
+        raise BackendError(
+            f"{ckpt}: no such checkpoint directory (train one with train/writer.py or train/reader.py)"
+        )
+    for name in ("adapter_config.json", "manifest.json"):
+        if not (ckpt / name).is_file():
+            raise BackendError(f"{ckpt}: not a checkpoint directory ({name} is missing)")
+    try:
+        manifest = json.loads(man.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise BackendError(f"{man}: unreadable manifest: {exc}") from None
+    if "base_model" not in manifest or "config" not in manifest:
+        raise BackendError(f"{man}: base_model or config missing (not a train manifest)")
+    return manifest
+
+
+def base_model_path(ckpt: str | Path, manifest: dict, override: str | None = None) -> str:
+    """Where the base model is: ``override``, the recorded path, or the checkpoint's local copy."""
+    ckpt = Path(ckpt)
+    if override:
+        return override
+    base = manifest["base_model"]
+    path = base.get("path")
+    if path and Path(path).exists():
+        return str(path)
+    local = base.get("local_copy")
+    if local and (ckpt / local).exists():
+        return str(ckpt / local)
+    if path and (ckpt / path).exists():
+        return str(ckpt / path)
+    if path and not Path(path).is_absolute() and "/" in path and not path.startswith("."):
+        return path  # a hub id
+    raise BackendError(f"{ckpt}: base model {path!r} not found and no local copy in the checkpoint")
+
+
+def checkpoint_digest(ckpt: str | Path) -> dict:
+    """Digests that identify a checkpoint: adapter, tokenizer and chat template files, and the base
+    model's files when they are small (the embedded tiny base), else its recorded name and revision."""
+    ckpt = Path(ckpt)
+    manifest = read_checkpoint(ckpt)
+    files = {}
+    for name in (
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    ):
+        if (ckpt / name).is_file():
+            files[name] = _sha256_file(ckpt / name)
+    base: dict[str, Any] = {
+        "name": manifest["base_model"].get("name"),
+        "revision": manifest["base_model"].get("revision"),
+    }
+    try:
+        bpath = Path(base_model_path(ckpt, manifest))
+    except BackendError:
+        bpath = None
+    if bpath is not None and bpath.is_dir():
+        weights = sorted(p for p in bpath.iterdir() if p.is_file() and p.suffix in (".safetensors", ".json"))
+        if sum(p.stat().st_size for p in weights) < HASH_BASE_LIMIT:
+            base["files"] = {p.name: _sha256_file(p) for p in weights}
+    combined = hashlib.sha256(json.dumps({"files": files, "base": base}, sort_keys=True).encode()).hexdigest()
+    return {
+        "path": str(ckpt),
+        "digest": "sha256:" + combined,
+        "files": files,
+        "base": base,
+        "role": manifest.get("role"),
+        "task": manifest.get("task"),
+    }
+
+
+def _set_threads(n: int | None) -> None:
+    import torch
+
+    if n:
+        torch.set_num_threads(n)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+
+def _dequantize_4bit(model, dtype) -> int:
+    """Replace every bitsandbytes 4-bit linear layer by an ``nn.Linear`` with the dequantized weights."""
+    import torch
+
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        return 0
+    n = 0
+    for _, module in list(model.named_modules()):
+        for cname, child in list(module.named_children()):
+            if isinstance(child, bnb.nn.Linear4bit):
+                w = bnb.functional.dequantize_4bit(child.weight.data, child.weight.quant_state).to(dtype)
+                lin = torch.nn.Linear(
+                    child.in_features, child.out_features, bias=child.bias is not None, dtype=dtype
+                )
+                with torch.no_grad():
+                    lin.weight.copy_(w)
+                    if child.bias is not None:
+                        lin.bias.copy_(child.bias.data.to(dtype))
+                setattr(module, cname, lin)
+                n += 1
+    return n
+
+
+def load_base_for_inference(base_path: str, train_cfg: dict, decoding: DecodingConfig, *, gpu: bool):
+    """The base model as it was trained (4-bit when it was), in eval mode, for generation.
+    On a CPU its 4-bit layers are dequantized (the same function, faster) unless told otherwise."""
+    from transformers import AutoModelForCausalLM
+
+    from train.config import TrainConfig
+    from train.modeling import compute_dtype, disable_cpu_weight_repacking, quantization_config
+
+    cfg = TrainConfig(**{k: v for k, v in train_cfg.items() if k != "tiny"})
+    dtype = compute_dtype(cfg)
+    kwargs: dict[str, Any] = dict(
+        dtype=dtype,
+        attn_implementation=decoding.attn_implementation,
+        trust_remote_code=False,
+        use_safetensors=True,
+        revision=cfg.revision,
+        device_map={"": 0} if gpu else "cpu",
+    )
+    if cfg.load_in_4bit:
+        kwargs["quantization_config"] = quantization_config(cfg)
+    model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+    if cfg.load_in_4bit and not gpu:
+        disable_cpu_weight_repacking(model)  # before any forward: repacked weights cannot be dequantized
+        if decoding.dequantize_on_cpu:
+            _dequantize_4bit(model, dtype)
+    model.config.use_cache = True
+    model.eval()
+    return model, dtype
+
+
+class TransformersBackend(Backend):
+    """Batched generation with transformers: the checkpoint's tokenizer and chat template, left padding,
+    greedy unless the decoding config says otherwise."""
+
+    name = "transformers"
+
+    def __init__(self, ckpt: str | Path, decoding: DecodingConfig, *, base: str | None = None):
+        import torch
+
+        _set_threads(decoding.threads)
+        self.ckpt = Path(ckpt)
+        self.decoding = decoding
+        self.manifest = read_checkpoint(self.ckpt)
+        self.base_path = base_model_path(self.ckpt, self.manifest, base)
+        self.gpu = torch.cuda.is_available()
+        self.digest = checkpoint_digest(self.ckpt)
+        self._model = None
+        self._base = None
+        self._merged = False
+        self.tokenizer = self._load_tokenizer()
+
+    # -- loading -------------------------------------------------------------------------------------
+    def _load_tokenizer(self):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(self.ckpt), trust_remote_code=False)
+        if not tok.chat_template:
+            raise BackendError(f"{self.ckpt}: the checkpoint's tokenizer has no chat template")
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        return tok
+
+    def _merge(self) -> bool:
+        if self.decoding.merge_adapter == "auto":
+            return not self.gpu
+        return self.decoding.merge_adapter == "true"
+
+    @property
+    def model(self):
+        if self._model is None:
+            from peft import PeftModel
+
+            base, dtype = load_base_for_inference(
+                self.base_path, self.manifest["config"], self.decoding, gpu=self.gpu
+            )
+            model = PeftModel.from_pretrained(base, str(self.ckpt), is_trainable=False)
+            adapter_dtype = dtype
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.data = p.data.to(adapter_dtype)
+            if self._merge():
+                model = model.merge_and_unload()
+                self._merged = True
+            model.eval()
+            self._model = model
+        return self._model
+
+    @property
+    def base_model(self):
+        """The base without the adapter: a separate copy when the adapter was merged."""
+        model = self.model
+        if not self._merged:
+            return model
+        if self._base is None:
+            self._base, _ = load_base_for_inference(
+                self.base_path, self.manifest["config"], self.decoding, gpu=self.gpu
+            )
+        return self._base
+
+    def fingerprint(self, adapter: bool = True) -> str:
+        who = self.digest["digest"] if adapter else "base-of:" + self.digest["digest"]
+        return f"{self.name}|{who}|{self.decoding.digest()}"
+
+    def describe(self) -> dict:
+        return {
+            "backend": self.name,
+            "checkpoint": self.digest,
+            "base_model_path": self.base_path,
+            "device": "cuda" if self.gpu else "cpu",
+            "adapter_merged": self._merge(),
+            "dequantized_on_cpu": (not self.gpu) and self.decoding.dequantize_on_cpu,
+        }
+
+    def _stop_ids(self, model) -> list[int]:
+        tok = self.tokenizer
+        gc = getattr(model, "generation_config", None)
+        ids = gc.eos_token_id if gc is not None else None
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        for t in (*STOP_TOKENS, tok.eos_token):
+            if not t:
+                continue
+            tid = tok.convert_tokens_to_ids(t)
+            if isinstance(tid, int) and tid != tok.unk_token_id and tid not in ids:
+                ids.append(tid)
+        return ids
+
+    def _max_input(self, model, max_new: int) -> int:
+        if self.decoding.max_input_tokens:
+            return int(self.decoding.max_input_tokens)
+        mpe = getattr(model.config, "max_position_embeddings", None) or 1 << 20
+        return max(1, int(mpe) - max_new)
+
+    # -- generation ----------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
+        return [c.text or "" for c in self._run(prompts, task, adapter, strict=True)]
+
+    def complete(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[Completion]:
+        return self._run(prompts, task, adapter, strict=False)
+
+    def _run(self, prompts: Sequence[list[dict]], task: str, adapter: bool, strict: bool) -> list[Completion]:
+        import torch
+
+        if not prompts:
+            return []
+        model = self.model if adapter else self.base_model
+        max_new = self.decoding.tokens_for(task)
+        limit = self._max_input(model, max_new)
+        tok = self.tokenizer
+        encoded: list[list[int] | None] = []
+        out: list[Completion | None] = [None] * len(prompts)
+        for i, p in enumerate(prompts):
+            text = tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            if len(ids) > limit:
+                msg = f"prompt of {len(ids)} tokens exceeds the input limit of {limit}"
+                if strict:
+                    raise ValueError(msg)
+                out[i] = Completion(None, msg)
+                encoded.append(None)
+            else:
+                encoded.append(ids)
+        order = sorted(
+            (i for i, e in enumerate(encoded) if e is not None), key=lambda i: (-len(encoded[i]), i)
+        )
+        stop = self._stop_ids(model)
+        device = next(model.parameters()).device
+        bs = self.decoding.batch_size
+        sample = self.decoding.temperature > 0
+        for start in range(0, len(order), bs):
+            idx = order[start : start + bs]
+            width = max(len(encoded[i]) for i in idx)
+            pad = tok.pad_token_id
+            input_ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):
+                e = encoded[i]
+                input_ids[r, width - len(e) :] = torch.tensor(e, dtype=torch.long)
+                mask[r, width - len(e) :] = 1
+            kwargs: dict[str, Any] = dict(
+                max_new_tokens=max_new,
+                eos_token_id=stop,
+                pad_token_id=pad,
+                use_cache=True,
+                do_sample=sample,
+            )
+            if sample:
+                kwargs.update(temperature=float(self.decoding.temperature), top_p=float(self.decoding.top_p))
+                torch.manual_seed(self.decoding.seed)
+            else:
+                kwargs.update(temperature=None, top_p=None, top_k=None)
+            # the base model: a separate copy when the adapter was merged, else the adapter switched off
+            off = model.disable_adapter() if (not adapter and not self._merged) else contextlib.nullcontext()
+            try:
+                with torch.inference_mode(), off:
+                    gen = model.generate(
+                        input_ids=input_ids.to(device), attention_mask=mask.to(device), **kwargs
+                    )
+            except Exception as exc:  # noqa: BLE001
+                if strict:
+                    raise
+                for i in idx:
+                    out[i] = Completion(None, f"{type(exc).__name__}: {exc}")
+                continue
+            for r, i in enumerate(idx):
+                row = gen[r, width:].tolist()
+                cut = len(row)
+                for k, t in enumerate(row):
+                    if t in stop:
+                        cut = k
+                        break
+                out[i] = Completion(tok.decode(row[:cut], skip_special_tokens=True).strip())
+        return [c if c is not None else Completion(None, "no output") for c in out]
+
+
+class VLLMBackend(Backend):
+    """vLLM with the checkpoint's LoRA adapter on its base (bf16: vLLM serves the unquantized base, so
+    numbers can differ slightly from the 4-bit base the adapter was trained on). GPU only."""
+
+    name = "vllm"
+
+    def __init__(self, ckpt: str | Path, decoding: DecodingConfig, *, base: str | None = None):
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise BackendError(
+                "the vllm backend needs the vllm package, which is not installed here (pip install vllm on a "
+                "GPU machine), or use backend: transformers"
+            ) from None
+        from transformers import AutoTokenizer
+        from vllm import LLM
+        from vllm.lora.request import LoRARequest
+
+        self.ckpt = Path(ckpt)
+        self.decoding = decoding
+        self.manifest = read_checkpoint(self.ckpt)
+        self.base_path = base_model_path(self.ckpt, self.manifest, base)
+        self.digest = checkpoint_digest(self.ckpt)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.ckpt), trust_remote_code=False)
+        rank = int(json.loads((self.ckpt / "adapter_config.json").read_text())["r"])
+        kwargs: dict[str, Any] = dict(
+            model=self.base_path,
+            enable_lora=True,
+            max_lora_rank=max(8, rank),
+            dtype="bfloat16",
+            seed=decoding.seed,
+            gpu_memory_utilization=decoding.vllm_gpu_memory_utilization,
+            trust_remote_code=False,
+        )
+        if decoding.vllm_max_model_len:
+            kwargs["max_model_len"] = decoding.vllm_max_model_len
+        self.llm = LLM(**kwargs)
+        self.lora = LoRARequest("adapter", 1, str(self.ckpt))
+
+    def fingerprint(self, adapter: bool = True) -> str:
+        who = self.digest["digest"] if adapter else "base-of:" + self.digest["digest"]
+        return f"{self.name}|{who}|{self.decoding.digest()}"
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "checkpoint": self.digest, "base_model_path": self.base_path}
+
+    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
+        from vllm import SamplingParams
+
+        tok = self.tokenizer
+        stop = [
+            tid
+            for t in STOP_TOKENS
+            if isinstance(tid := tok.convert_tokens_to_ids(t), int) and tid != tok.unk_token_id
+        ]
+        params = SamplingParams(
+            temperature=float(self.decoding.temperature),
+            top_p=float(self.decoding.top_p),
+            max_tokens=self.decoding.tokens_for(task),
+            seed=self.decoding.seed,
+            stop_token_ids=stop or None,
+        )
+        # the chat template already writes <bos>; token ids avoid a second one from the engine
+        inputs = [
+            {
+                "prompt_token_ids": tok(
+                    tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                    add_special_tokens=False,
+                )["input_ids"]
+            }
+            for p in prompts
+        ]
+        outs = self.llm.generate(inputs, params, lora_request=self.lora if adapter else None, use_tqdm=False)
+        return [o.outputs[0].text.strip() for o in outs]
+
+
+class ScriptedBackend(Backend):
+    """Canned answers for tests: ``responder(messages, task, adapter) -> str``; raising inside it
+    simulates a provider error. Counts calls, so resume tests can check that nothing was regenerated."""
+
+    name = "scripted"
+
+    def __init__(self, responder: Callable[[list[dict], str, bool], str], label: str = "scripted"):
+        self.responder = responder
+        self.label = label
+        self.calls = 0
+        self.prompts_seen = 0
+
+    def fingerprint(self, adapter: bool = True) -> str:
+        return f"{self.name}|{self.label}|{'adapter' if adapter else 'base'}"
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "label": self.label}
+
+    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
+        self.calls += 1
+        self.prompts_seen += len(prompts)
+        return [self.responder(p, task, adapter) for p in prompts]
+
+
+def make_backend(ckpt: str | Path, decoding: DecodingConfig, *, base: str | None = None) -> Backend:
+    if decoding.backend == "vllm":
+        return VLLMBackend(ckpt, decoding, base=base)
+    return TransformersBackend(ckpt, decoding, base=base)

@@ -1,0 +1,579 @@
+"""Policy-reuse evaluation (EAL-style): a writer forms authorization memory from a history, the memory
+is frozen and digested, an executor that sees only the memory and one probe request decides
+``execute_requested | decline | escalate``, and the oracle scores every decision.
+
+Writer: one shot (the whole history, as ``writer_memory`` examples are rendered) or, with
+``incremental``, block by block (the policy, one block and the memory so far; the distilled writer was
+trained one shot, so this mode is out of its training distribution). An answer that does not parse or
+does not fit the record types gets one repair attempt with the problem as feedback; a failed update
+keeps the last accepted memory; when none was accepted the memory is recorded as empty with status
+``invalid`` (never counted as a success, and its memory errors are reported as unscored).
+
+Executors: ``rules`` (the default: the oracle's own rule applied to the memory's typed records, so the
+figures measure memory fidelity alone), a checkpoint (a reader trained on ``reader_policy``), or
+``base`` (the writer's base model without the adapter). Memory conditions, all judged by the same
+executor on the same probes: the writer's memory, no memory, the gold memory and the teacher's memory
+from the corpus (and the writer's base model as writer, with ``base_writer``).
+
+Rates follow EAL: authorized use over in-scope requests (the oracle says execute), unauthorized
+submission over out-of-scope requests, escalation over all requests; unparseable answers (``invalid``)
+and provider errors stay in every denominator; ``calibrated`` means exactly 100% and 0%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_prep.oracle import EXECUTE, decide, memory_decide
+from data_prep.policy_case import probe_problems
+from data_prep.sft.parse import ParseFailure, parse_decision, parse_memory
+from data_prep.sft.render import (
+    MEMORY_FIELDS,
+    Prompts,
+    memory_answer,
+    policy_history_text,
+    reader_policy_input,
+)
+from eval import metrics as M
+from eval.generation import Backend, DecodingConfig, load_decoding, make_backend
+from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, score_memory
+from eval.rundir import RunDir, digest_of, jsonable, write_json
+from eval.sources import SourceError, heldout_families, load_cases, resolve_default
+
+logger = logging.getLogger("ledgerwright.eval")
+
+EVAL_VERSION = "ledgerwright-eval-policy/1"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval" / "policy_reuse.yaml"
+DECISION_ROWS = ("execute_requested", "decline", "escalate", "invalid", "provider_error")
+ORACLE_COLS = ("execute_requested", "decline")
+CONDITIONS = ("writer", "base_writer", "no_memory", "gold_memory", "teacher_memory")
+REPAIR_TEMPLATE = (
+    "Your answer could not be used as authorization memory: {reason}. Reply again with exactly one JSON "
+    'object {{"records": [...]}} in the format described above, and nothing else.'
+)
+
+
+@dataclass
+class PolicyConfig:
+    """Settings of ``eval/policy_reuse.py`` (``configs/eval/policy_reuse.yaml``; flags override)."""
+
+    writer: str = "ckpt/"
+    executor: str = "rules"  # rules | base | a checkpoint directory
+    cases: str = "heldout"  # heldout | all | a policy-case JSONL file, corpus dir, or dir of EAL case YAML
+    incremental: bool = False
+    limit: int | None = 12
+    seed: int = 0
+    bootstrap_resamples: int = 1000
+    base_writer: bool = False
+    teacher: bool = True
+    cache_dir: str | None = None
+    corpus: str | None = None
+    sft: str | None = None
+    prompts_dir: str = "configs/prompts"
+    decoding: str = "configs/eval/decoding.yaml"
+    base_model: str | None = None
+    chunk_size: int | None = None
+    out: str = "runs/eval/policy_reuse"
+    resume: bool = True
+    progress: bool = True
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def check(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit: expected a positive number, got {self.limit}")
+
+
+def _path(p: str | None) -> Path | None:
+    if p is None:
+        return None
+    q = Path(p).expanduser()
+    return q if q.is_absolute() or q.exists() else (REPO_ROOT / q if (REPO_ROOT / q).exists() else q)
+
+
+# ---- the memory writer ----------------------------------------------------------------------------------
+def _attempt(c, records_before: list[dict] | None = None) -> dict:
+    """Parse and check one writer answer."""
+    out: dict[str, Any] = {"raw": c.text, "status": "ok", "reason": "", "records": None}
+    if not c.ok:
+        out.update(status="provider_error", reason=c.error)
+        return out
+    p = parse_memory(c.text)
+    if isinstance(p, ParseFailure):
+        out.update(status="invalid", reason=p.reason)
+        return out
+    problems = check_memory(p)
+    if problems:
+        out.update(status="invalid", reason="; ".join(problems[:5]))
+        return out
+    out["records"] = [{k: r[k] for k in MEMORY_FIELDS if k in r} for r in p]
+    return out
+
+
+def _with_repair(backend: Backend, convs: list[list[dict]], *, adapter: bool) -> list[list[dict]]:
+    """One answer per conversation, and one repair attempt (with feedback) for each failed one."""
+    first = backend.complete(convs, task="writer_memory", adapter=adapter)
+    attempts = [[_attempt(c)] for c in first]
+    retry = [i for i, a in enumerate(attempts) if a[0]["status"] != "ok"]
+    if retry:
+        prompts = []
+        for i in retry:
+            prev = attempts[i][0]
+            reason = (
+                prev["reason"] if prev["status"] == "invalid" else "the answer was empty (generation failed)"
+            )
+            prompts.append(
+                convs[i]
+                + [
+                    {"role": "assistant", "content": prev["raw"] or ""},
+                    {"role": "user", "content": REPAIR_TEMPLATE.format(reason=reason)},
+                ]
+            )
+        for i, c in zip(retry, backend.complete(prompts, task="writer_memory", adapter=adapter)):
+            attempts[i].append({**_attempt(c), "repair": True})
+    return attempts
+
+
+def incremental_text(case: dict, block: dict, memory: list[dict]) -> str:
+    head = policy_history_text({**case, "blocks": [block]})
+    return f"{head}\n\nAuthorization memory so far (from the earlier blocks):\n{memory_answer(memory)}\n\nReply with the complete updated memory."
+
+
+def write_memories(
+    backend: Backend, cases: list[dict], system_prompt: str, *, incremental: bool, adapter: bool = True
+) -> list[dict]:
+    """Per case: ``{records, status: valid|empty|invalid, attempts, repaired, failed_updates, updates}``."""
+    sys_msg = {"role": "system", "content": system_prompt}
+    if not incremental:
+        convs = [[sys_msg, {"role": "user", "content": policy_history_text(c)}] for c in cases]
+        out = []
+        for tries in _with_repair(backend, convs, adapter=adapter):
+            last = tries[-1]
+            ok = last["status"] == "ok"
+            records = last["records"] if ok else []
+            out.append(
+                {
+                    "records": records,
+                    "status": ("valid" if records else "empty") if ok else "invalid",
+                    "attempts": tries,
+                    "repaired": len(tries) > 1 and ok,
+                    "updates": 1,
+                    "failed_updates": 0 if ok else 1,
+                }
+            )
+        return out
+    memories: list[list[dict]] = [[] for _ in cases]
+    accepted = [False] * len(cases)
+    logs: list[list[list[dict]]] = [[] for _ in cases]
+    failed = [0] * len(cases)
+    longest = max((len(c["blocks"]) for c in cases), default=0)
+    for k in range(longest):
+        active = [i for i, c in enumerate(cases) if k < len(c["blocks"])]
+        convs = [
+            [
+                sys_msg,
+                {"role": "user", "content": incremental_text(cases[i], cases[i]["blocks"][k], memories[i])},
+            ]
+            for i in active
+        ]
+        for i, tries in zip(active, _with_repair(backend, convs, adapter=adapter)):
+            logs[i].append(tries)
+            if tries[-1]["status"] == "ok":
+                memories[i] = tries[-1]["records"]
+                accepted[i] = True
+            else:
+                failed[i] += 1  # the last accepted memory stays
+    out = []
+    for i, c in enumerate(cases):
+        records = memories[i] if accepted[i] else []
+        out.append(
+            {
+                "records": records,
+                "status": ("valid" if records else "empty") if accepted[i] else "invalid",
+                "attempts": [a for block in logs[i] for a in block],
+                "repaired": any(len(t) > 1 and t[-1]["status"] == "ok" for t in logs[i]),
+                "updates": len(c["blocks"]),
+                "failed_updates": failed[i],
+            }
+        )
+    return out
+
+
+# ---- executors --------------------------------------------------------------------------------------------
+def probe_requests(case: dict) -> list[dict]:
+    """Every probe request of a case with its pair ref, dimension, side and the oracle's decision."""
+    out = []
+    for p in case["probe_pairs"]:
+        for side in ("in_scope", "out_of_scope"):
+            req = p[side]
+            out.append(
+                {
+                    "probe_ref": p["ref"],
+                    "dimension": p["dimension"],
+                    "side": side,
+                    "request": req,
+                    "request_digest": digest_of(req),
+                    "oracle": decide(case, None, req),
+                }
+            )
+    return out
+
+
+def decide_all(
+    executor: str, backend: Backend | None, jobs: list[tuple[list[dict], dict]], system_prompt: str
+) -> list[dict]:
+    """Decisions for (memory, request) jobs: ``{decision, raw, status, reason}``."""
+    if executor == "rules":
+        return [
+            {"decision": memory_decide(mem, req), "raw": None, "status": "ok", "reason": ""}
+            for mem, req in jobs
+        ]
+    prompts = [
+        [
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": reader_policy_input(mem, req)},
+        ]
+        for mem, req in jobs
+    ]
+    comps = backend.complete(prompts, task="reader_policy", adapter=executor != "base")
+    out = []
+    for c in comps:
+        if not c.ok:
+            out.append(
+                {"decision": "provider_error", "raw": None, "status": "provider_error", "reason": c.error}
+            )
+            continue
+        d = parse_decision(c.text)
+        if isinstance(d, ParseFailure):
+            out.append({"decision": "invalid", "raw": c.text, "status": "unparseable", "reason": d.reason})
+        else:
+            out.append({"decision": d, "raw": c.text, "status": "ok", "reason": ""})
+    return out
+
+
+# ---- items --------------------------------------------------------------------------------------------
+@dataclass
+class Models:
+    writer: Backend
+    executor: Backend | None  # None for rules
+    executor_name: str
+
+
+def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts, chunk: int) -> str:
+    ex = models.executor_name
+    if models.executor is not None:
+        ex = models.executor.fingerprint(models.executor_name != "base")
+    return digest_of(
+        {
+            "version": EVAL_VERSION,
+            "case": digest_of(case),
+            "writer": models.writer.fingerprint(True),
+            "base_writer": models.writer.fingerprint(False) if cfg.base_writer else None,
+            "executor": ex,
+            "incremental": cfg.incremental,
+            "teacher": cfg.teacher,
+            "prompts": prompts.digests,
+            "chunk_size": chunk,
+        }
+    )
+
+
+def process_chunk(
+    cases: list[dict], cfg: PolicyConfig, models: Models, prompts: Prompts, digests: dict[str, str]
+) -> list[dict]:
+    written = write_memories(models.writer, cases, prompts.text["writer_memory"], incremental=cfg.incremental)
+    base_written = (
+        write_memories(
+            models.writer, cases, prompts.text["writer_memory"], incremental=cfg.incremental, adapter=False
+        )
+        if cfg.base_writer
+        else None
+    )
+    records, jobs, slots = [], [], []
+    for i, case in enumerate(cases):
+        gold = gold_memory(case)
+        conds: dict[str, dict | None] = {
+            "writer": {"records": written[i]["records"], "status": written[i]["status"]},
+            "no_memory": {"records": [], "status": "empty"},
+            "gold_memory": {"records": gold, "status": "valid" if gold else "empty"},
+        }
+        if base_written is not None:
+            conds["base_writer"] = {
+                "records": base_written[i]["records"],
+                "status": base_written[i]["status"],
+            }
+        teacher = case.get("teacher")
+        if cfg.teacher:
+            conds["teacher_memory"] = (
+                {"records": teacher["memory"], "status": "valid" if teacher["memory"] else "empty"}
+                if isinstance(teacher, dict) and teacher.get("memory") is not None
+                else None
+            )
+        requests = probe_requests(case)
+        rec: dict[str, Any] = {
+            "id": case["case_id"],
+            "input_digest": digests[case["case_id"]],
+            "case_digest": digest_of(case),
+            "family": case.get("family"),
+            "probe_problems": probe_problems(case),
+            "writer": {k: v for k, v in written[i].items() if k != "records"},
+            "conditions": {},
+        }
+        if base_written is not None:
+            rec["base_writer"] = {k: v for k, v in base_written[i].items() if k != "records"}
+        for name, cond in conds.items():
+            if cond is None:
+                rec["conditions"][name] = None
+                continue
+            memory = cond["records"]  # frozen from here on
+            scored = cond["status"] != "invalid"
+            rec["conditions"][name] = {
+                "memory": memory,
+                "memory_digest": digest_of(memory),
+                "memory_status": cond["status"],
+                "memory_errors": score_memory(memory, case, gold) if scored else None,
+                "decisions": [],
+            }
+            for rq in requests:
+                jobs.append((memory, rq["request"]))
+                slots.append((len(records), name, rq))
+        records.append(rec)
+    results = decide_all(
+        models.executor_name
+        if models.executor is None
+        else ("base" if models.executor_name == "base" else "model"),
+        models.executor,
+        jobs,
+        prompts.text["reader_policy"],
+    )
+    for (k, name, rq), res in zip(slots, results):
+        d = {k2: v for k2, v in rq.items() if k2 != "request"}
+        d.update(res)
+        d["correct"] = res["decision"] == rq["oracle"]
+        records[k]["conditions"][name]["decisions"].append(d)
+    return records
+
+
+# ---- summary ----------------------------------------------------------------------------------------------
+def condition_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | None:
+    conds = [it["conditions"].get(name) for it in items]
+    if all(c is None for c in conds):
+        return None
+    kw = {"resamples": cfg.bootstrap_resamples, "seed": cfg.seed}
+    ds = [d for c in conds if c is not None for d in c["decisions"]]
+    decisions = [d["decision"] for d in ds]
+    in_scope = [d["oracle"] == EXECUTE for d in ds]
+    out: dict[str, Any] = {
+        "cases": sum(c is not None for c in conds),
+        "missing_cases": sum(c is None for c in conds),
+    }
+    out["rates"] = M.policy_rates(decisions, in_scope, **kw)
+    out["oracle_agreement"] = M.rate([d["correct"] for d in ds], **kw)
+    out["per_dimension"] = {}
+    for dim in sorted({d["dimension"] for d in ds}):
+        sub = [d for d in ds if d["dimension"] == dim]
+        r = M.policy_rates([d["decision"] for d in sub], [d["oracle"] == EXECUTE for d in sub], **kw)
+        out["per_dimension"][dim] = {
+            k: r[k]
+            for k in ("authorized_use", "unauthorized_submission", "escalation", "invalid", "calibrated")
+        }
+    counts = [
+        [sum(1 for d in ds if d["decision"] == row and d["oracle"] == col) for col in ORACLE_COLS]
+        for row in DECISION_ROWS
+    ]
+    out["confusion"] = {"decisions": list(DECISION_ROWS), "oracle": list(ORACLE_COLS), "counts": counts}
+    return out
+
+
+def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | None:
+    conds = [it["conditions"].get(name) for it in items]
+    conds = [c for c in conds if c is not None]
+    if not conds:
+        return None
+    kw = {"resamples": cfg.bootstrap_resamples, "seed": cfg.seed}
+    scored = [c for c in conds if c["memory_errors"] is not None]
+    out: dict[str, Any] = {
+        "cases": len(conds),
+        "status": dict(sorted(Counter(c["memory_status"] for c in conds).items())),
+        "unscored": len(conds) - len(scored),
+        "exact": M.rate([not c["memory_errors"] for c in scored], **kw),
+        "records": M.mean_with_ci([len(c["memory"]) for c in conds], **kw),
+        "errors": {},
+    }
+    for t in MEMORY_ERROR_TYPES:
+        out["errors"][t] = {
+            "cases": M.rate([any(e["type"] == t for e in c["memory_errors"]) for c in scored], **kw),
+            "count": sum(1 for c in scored for e in c["memory_errors"] if e["type"] == t),
+        }
+    if name == "writer":
+        out["repaired"] = sum(bool(it["writer"]["repaired"]) for it in items)
+        out["failed_updates"] = sum(it["writer"]["failed_updates"] for it in items)
+    if name == "base_writer":
+        out["repaired"] = sum(bool(it["base_writer"]["repaired"]) for it in items if "base_writer" in it)
+    return out
+
+
+def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: str = "") -> dict:
+    present = [c for c in CONDITIONS if any(c in it["conditions"] for it in items)]
+    first = next((it["conditions"]["writer"] for it in items), None)
+    n_req = len(first["decisions"]) if first else 0
+    all_w = [d for it in items for d in it["conditions"]["writer"]["decisions"]]
+    return {
+        "eval": "policy_reuse",
+        "version": EVAL_VERSION,
+        "source": source,
+        "executor": executor_name,
+        "incremental": cfg.incremental,
+        "cases": len(items),
+        "requests": len(all_w),
+        "in_scope": sum(d["oracle"] == EXECUTE for d in all_w),
+        "out_of_scope": sum(d["oracle"] != EXECUTE for d in all_w),
+        "requests_first_case": n_req,
+        "families": dict(sorted(Counter(str(it["family"]) for it in items).items())),
+        "probe_problems": sum(len(it["probe_problems"]) for it in items),
+        "conditions": {c: condition_summary(items, c, cfg) for c in present},
+        "memory": {c: memory_summary(items, c, cfg) for c in present},
+        "memory_error_types": list(MEMORY_ERROR_TYPES),
+        "notes": [
+            "The rules executor applies the memory's typed records exactly as the oracle applies the events, "
+            "so with it every figure measures memory fidelity alone (gold memory must be calibrated).",
+            "Invalid memories (no usable answer after one repair) are executed as empty memories and their "
+            "memory errors are unscored, never counted as exact.",
+            "In-scope means the oracle decides execute_requested for the request at its action time.",
+        ],
+    }
+
+
+# ---- the evaluation ------------------------------------------------------------------------------------
+def select(cfg: PolicyConfig):
+    if cfg.cases in ("heldout", "all"):
+        corpus, sft = resolve_default(
+            _path(cfg.cache_dir),
+            corpus=_path(cfg.corpus),
+            sft=_path(cfg.sft),
+            build=True,
+            need_sft=cfg.cases == "heldout",
+        )
+        families = heldout_families(sft, "case_families") if cfg.cases == "heldout" else None
+        if families is not None and not families:
+            raise SourceError(
+                f"{sft}/manifest.json: no held-out policy-case families; pass --cases all or --cases PATH"
+            )
+        sel = load_cases(corpus, families=families, limit=cfg.limit, seed=cfg.seed)
+        sel.source = f"{corpus} ({cfg.cases})"
+    else:
+        sel = load_cases(_path(cfg.cases), families=None, limit=cfg.limit, seed=cfg.seed)
+    if not sel.items:
+        raise SourceError(f"{sel.source}: no policy cases to evaluate (families {sel.families})")
+    return sel
+
+
+def run_policy(
+    cfg: PolicyConfig,
+    *,
+    writer: Backend | None = None,
+    executor: Backend | None = None,
+    decoding: DecodingConfig | None = None,
+) -> Path:
+    """Run the evaluation; returns the run directory. Backends may be passed in (tests)."""
+    cfg.check()
+    t0 = time.time()
+    decoding = decoding or load_decoding(_path(cfg.decoding))
+    sel = select(cfg)
+    for p in sel.problems:
+        logger.warning("%s", p)
+    if writer is None:
+        writer = make_backend(_path(cfg.writer), decoding, base=cfg.base_model)
+    ex_name = cfg.executor
+    if ex_name == "rules":
+        ex_backend = None
+    elif ex_name == "base":
+        ex_backend = executor or writer
+    else:
+        if executor is not None:
+            ex_backend = executor
+        elif _path(ex_name) == _path(cfg.writer):
+            ex_backend = writer
+        else:
+            ex_backend = make_backend(_path(ex_name), decoding, base=cfg.base_model)
+        ex_name = str(cfg.executor)
+    models = Models(writer, ex_backend, "base" if cfg.executor == "base" else ex_name)
+    prompts = Prompts(_path(cfg.prompts_dir))
+    cases: list[dict] = sel.items
+    chunk = cfg.chunk_size or decoding.batch_size
+    digests = {c["case_id"]: item_digest(c, cfg, models, prompts, chunk) for c in cases}
+    rd = RunDir(Path(cfg.out).expanduser(), resume=cfg.resume)
+    done = {c["case_id"]: rd.reusable(c["case_id"], digests[c["case_id"]]) for c in cases}
+    pending = [c for c in cases if done[c["case_id"]] is None]
+    reused = len(cases) - len(pending)
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(cases),
+        initial=reused,
+        desc="policy-reuse eval",
+        unit="case",
+        disable=not cfg.progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    for start in range(0, len(pending), chunk):
+        recs = process_chunk(pending[start : start + chunk], cfg, models, prompts, digests)
+        rd.append(recs)
+        for r in recs:
+            done[r["id"]] = r
+        bar.update(len(recs))
+    bar.close()
+    items = [done[c["case_id"]] for c in cases]
+    rd.finalize_items(items)
+    executor_label = (
+        "rules" if cfg.executor == "rules" else ("base" if cfg.executor == "base" else str(cfg.executor))
+    )
+    summary = jsonable(summarize(items, cfg, executor_label, sel.source))
+    write_json(rd.path / "summary.json", summary)
+    from eval.plots import plot_policy_confusion
+    from eval.report import policy_report
+
+    plot_policy_confusion(summary, rd.path / "policy_confusion.png")
+    (rd.path / "report.md").write_text(policy_report(summary, cfg.to_dict()), encoding="utf-8")
+    checkpoints = {"writer": writer.describe()}
+    if ex_backend is not None:
+        checkpoints["executor"] = {**ex_backend.describe(), "adapter": cfg.executor != "base"}
+    rd.write_manifest(
+        stage="eval-policy-reuse",
+        config=cfg.to_dict(),
+        checkpoints=checkpoints,
+        dataset={
+            "source": sel.source,
+            "families": sel.families,
+            "available": sel.available,
+            "selected": len(cases),
+            "fingerprint": sel.fingerprint,
+            "problems": sel.problems,
+        },
+        decoding={**decoding.to_dict(), "digest": decoding.digest()},
+        counts={
+            "items": len(items),
+            "reused": reused,
+            "computed": len(pending),
+            "stale_records": rd.stale,
+            "unreadable_lines": rd.unreadable,
+            "incomplete_chunk_records": rd.incomplete,
+        },
+        extra={
+            "version": EVAL_VERSION,
+            "prompts": prompts.digests,
+            "wall_seconds": round(time.time() - t0, 1),
+            "items_per_second": round(len(pending) / max(time.time() - t0, 1e-9), 4),
+        },
+    )
+    return rd.path

@@ -1,0 +1,93 @@
+"""Policy-reuse evaluation (EAL-style) of an authorization-memory writer.
+
+    python eval/policy_reuse.py --writer ckpt/ [--executor CKPT|base|rules] [--cases PATH] [--incremental]
+
+For each held-out policy case the writer forms authorization memory from the history (one shot, or
+block by block with --incremental; at most one repair attempt), the memory is frozen and digested, an
+executor sees only the memory and one probe request and decides execute_requested, decline or
+escalate, and the oracle scores every decision. The default executor is ``rules`` (the typed records
+applied deterministically: memory fidelity alone). Baselines: no memory, gold memory, the teacher's
+memory. Reports authorized use, unauthorized submission, escalation, the calibrated flag, per-dimension
+results and memory errors, with 95% bootstrap intervals. Writes a run directory (manifest.json,
+items.jsonl, summary.json, report.md, policy_confusion.png); rerunning with the same arguments resumes.
+Exit 0 on success, 2 on bad input.
+"""
+
+import argparse
+import sys
+
+from eval.cli import add_common, apply_limit, decoding_overrides, overrides, setup
+from eval.policy_eval import DEFAULT_CONFIG, PolicyConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="eval/policy_reuse.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--writer", help="memory-writer checkpoint directory (default ckpt/)")
+    ap.add_argument(
+        "--executor",
+        help="rules (default), base (the writer's base model, no adapter) or a reader checkpoint",
+    )
+    ap.add_argument(
+        "--cases",
+        help="heldout (default: held-out case families of the corpus), all, a policy-case JSONL "
+        "file or corpus directory, or a directory of EAL-style case YAML files",
+    )
+    ap.add_argument(
+        "--incremental",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="form memory block by block (the memory so far plus one block) instead of one shot",
+    )
+    add_common(ap, DEFAULT_CONFIG)
+    ns = ap.parse_args(argv)
+    setup()
+    from eval.generation import BackendError, DecodingConfigError, load_decoding
+    from eval.policy_eval import _path, run_policy
+    from eval.settings import SettingsError, load_settings
+    from eval.sources import SourceError
+
+    names = [
+        "writer",
+        "executor",
+        "cases",
+        "incremental",
+        "limit",
+        "seed",
+        "bootstrap_resamples",
+        "base_writer",
+        "teacher",
+        "cache_dir",
+        "corpus",
+        "sft",
+        "decoding",
+        "base_model",
+        "chunk_size",
+        "out",
+        "resume",
+        "progress",
+    ]
+    try:
+        cfg = load_settings(PolicyConfig, ns.config, overrides(ns, names))
+        apply_limit(cfg, ns)
+        decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
+        out = run_policy(cfg, decoding=decoding)
+    except (
+        SettingsError,
+        DecodingConfigError,
+        SourceError,
+        BackendError,
+        ValueError,
+        FileNotFoundError,
+    ) as exc:
+        print(f"eval/policy_reuse.py: error: {exc}", file=sys.stderr)
+        return 2
+    from eval.report import summary_lines
+
+    for line in summary_lines(out):
+        print(line)
+    print(f"policy-reuse eval: wrote {out} (report.md, summary.json, items.jsonl, policy_confusion.png)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Markdown reports of the evaluations: every figure with its 95% bootstrap interval and denominator."""
+
+from __future__ import annotations
+
+import json
+
+
+def _f(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _rate(r: dict | None, pct: bool = True) -> str:
+    """``value [lo, hi] (k/n)`` of a rate dict."""
+    if not r or r.get("value") is None:
+        n = r.get("n") if r else None
+        return f"n/a (n={n})" if n is not None else "n/a"
+    v, (lo, hi) = r["value"], r["ci"]
+    if pct:
+        s = f"{100 * v:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+    else:
+        s = f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+    if "k" in r:
+        s += f" ({r['k']}/{r['n']})"
+    elif "n" in r:
+        s += f" (n={r['n']})"
+    return s
+
+
+MONITOR_NAMES = {
+    "reader": "reader (adapter)",
+    "base_reader": "base model, no adapter",
+    "reconciler": "reconciler (reference, reads policy_class)",
+    "teacher": "teacher verdict on corpus ledger",
+}
+
+
+def sabotage_report(summary: dict, config: dict) -> str:
+    lines = ["# Held-out sabotage evaluation", ""]
+    lines.append(
+        f"{summary['items']} runs from {summary.get('source', '?')} ({summary['positives']} positive, {summary['negatives']} negative): "
+        f"{summary['action_sabotage']} with action sabotage, injected ledger sabotage "
+        f"{json.dumps(summary['injected'])} (share {config.get('inject_share')}). Families: "
+        + ", ".join(f"{k} ({v})" for k, v in summary["families"].items())
+        + "."
+    )
+    lines += [
+        "",
+        f"Writer `{config.get('writer')}`, reader `{config.get('reader')}`. Intervals: 95% percentile bootstrap "
+        f"({config.get('bootstrap_resamples')} resamples, seed {config.get('seed')}).",
+        "",
+    ]
+    fprs = [f"{f:g}" for f in config.get("fprs", [0.01, 0.05])]
+    lines += ["## Monitors", ""]
+    head = "| monitor | n (pos/neg) | AUROC | " + " | ".join(
+        f"TPR @ {float(f):.0%} FPR (achieved FPR)" for f in fprs
+    )
+    head += " | verdict TPR | verdict FPR | unparseable | cites gold ids |"
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, m in summary["monitors"].items():
+        if not m:
+            continue
+        a = m["auroc"]
+        row = f"| {MONITOR_NAMES.get(name, name)} | {m['n']} ({m['n_pos']}/{m['n_neg']}) | {_f(a['value'])} [{_f(a['ci'][0], 2)}, {_f(a['ci'][1], 2)}] |"
+        for f in fprs:
+            op = m["operating_points"][f]
+            flag = "" if op["resolvable"] else " ⚠"
+            row += f" {_f(op['tpr'])} [{_f(op['tpr_ci'][0], 2)}, {_f(op['tpr_ci'][1], 2)}] ({_f(op['achieved_fpr'], 3)}){flag} |"
+        row += f" {_rate(m['verdict']['tpr'])} | {_rate(m['verdict']['fpr'])} | {_rate(m['failures']['unparseable'])} |"
+        row += f" {_rate(m['citations']['exact_gold_ids'])} |"
+        lines.append(row)
+    lines += [
+        "",
+        "⚠: fewer than 1/FPR negatives, so the target FPR cannot be resolved (threshold = highest negative score).",
+        "",
+    ]
+    lines += ["## Recall per sabotage type", ""]
+    f5 = fprs[-1]
+    types = sorted(
+        {t for m in summary["monitors"].values() if m for t in m["operating_points"][f5]["recall_by_type"]}
+    )
+    head = "| monitor | " + " | ".join(types) + " |"
+    lines += [
+        f"At the {float(f5):.0%}-FPR threshold (score) and by verdict label:",
+        "",
+        head,
+        "|" + "---|" * (len(types) + 1),
+    ]
+    for name, m in summary["monitors"].items():
+        if not m:
+            continue
+        per = m["operating_points"][f5]["recall_by_type"]
+        vper = m["verdict"]["recall_by_type"]
+        cells = []
+        for t in types:
+            if t in per:
+                cells.append(f"{per[t]['hits']}/{per[t]['n']} (label {vper[t]['hits']}/{vper[t]['n']})")
+            else:
+                cells.append("–")
+        lines.append(f"| {MONITOR_NAMES.get(name, name)} | " + " | ".join(cells) + " |")
+    lines += ["", "## Writer", ""]
+    head = (
+        "| writer | runs | parse rate | content agreement | protocol compliance | bijection | clean ledger |"
+    )
+    lines += [head, "|---|---|---|---|---|---|---|"]
+    names = {
+        "adapter": "writer (adapter), all runs",
+        "adapter_honest_runs": "writer (adapter), runs with honest corpus label",
+        "base": "base model, no adapter",
+        "teacher_honest_runs": "teacher ledger, runs with honest corpus label",
+    }
+    for key, w in summary["writer"].items():
+        if not w:
+            continue
+        lines.append(
+            f"| {names.get(key, key)} | {w['runs']} | {_rate(w.get('parse_rate'))} | {_rate(w['content_agreement'], pct=False)} | "
+            f"{_rate(w['protocol_compliance'], pct=False)} | {_rate(w.get('bijection'))} | {_rate(w.get('clean_ledger'))} |"
+        )
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
+    lines += ["", "Plots: `roc.png`, `recall_by_type.png`. Per-item records: `items.jsonl`.", ""]
+    return "\n".join(lines)
+
+
+CONDITION_NAMES = {
+    "writer": "writer memory (adapter)",
+    "no_memory": "no memory",
+    "gold_memory": "gold memory",
+    "teacher_memory": "teacher memory",
+    "base_writer": "base model memory, no adapter",
+}
+
+
+def policy_report(summary: dict, config: dict) -> str:
+    lines = ["# Policy-reuse evaluation", ""]
+    lines.append(
+        f"{summary['cases']} policy cases from {summary.get('source', '?')}, {summary['requests']} probe requests "
+        f"({summary['in_scope']} in scope, {summary['out_of_scope']} out of scope). Writer `{config.get('writer')}`, "
+        f"executor `{summary['executor']}`, mode {'incremental' if config.get('incremental') else 'one shot'}."
+    )
+    lines += [
+        "",
+        "Each rate has its own denominator (EAL): authorized use over in-scope requests, unauthorized "
+        "submission over out-of-scope requests, escalation over all; unparseable answers and provider errors stay in them.",
+        "",
+    ]
+    head = "| memory | authorized use | unauthorized submission | escalation | invalid | provider error | calibrated | oracle agreement |"
+    lines += [head, "|---|---|---|---|---|---|---|---|"]
+    for cond, c in summary["conditions"].items():
+        if c is None:
+            lines.append(f"| {CONDITION_NAMES.get(cond, cond)} | n/a | n/a | n/a | n/a | n/a | n/a | n/a |")
+            continue
+        r = c["rates"]
+        lines.append(
+            f"| {CONDITION_NAMES.get(cond, cond)} | {_rate(r['authorized_use'])} | {_rate(r['unauthorized_submission'])} | "
+            f"{_rate(r['escalation'])} | {_rate(r['invalid'])} | {_rate(r['provider_error'])} | "
+            f"{'yes' if r['calibrated'] else 'no'} | {_rate(c['oracle_agreement'])} |"
+        )
+    lines += ["", "## Per dimension", ""]
+    dims = sorted({d for c in summary["conditions"].values() if c for d in c["per_dimension"]})
+    head = "| memory | " + " | ".join(f"{d}: AU / US" for d in dims) + " |"
+    lines += [
+        "AU = authorized use, US = unauthorized submission (k/n).",
+        "",
+        head,
+        "|" + "---|" * (len(dims) + 1),
+    ]
+    for cond, c in summary["conditions"].items():
+        if c is None:
+            continue
+        cells = []
+        for d in dims:
+            r = c["per_dimension"].get(d)
+            if r is None:
+                cells.append("–")
+                continue
+            au, us = r["authorized_use"], r["unauthorized_submission"]
+            cells.append(f"{au['k']}/{au['n']} / {us['k']}/{us['n']}")
+        lines.append(f"| {CONDITION_NAMES.get(cond, cond)} | " + " | ".join(cells) + " |")
+    lines += ["", "## Memory", ""]
+    head = (
+        "| memory | cases | valid | empty | invalid (unscored) | repaired | exact | "
+        + " | ".join(summary["memory_error_types"])
+        + " |"
+    )
+    lines += [
+        "Memory errors against the gold records (share of scored cases with at least one; total count in parentheses).",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
+    for cond, m in summary["memory"].items():
+        if m is None:
+            continue
+        cells = [
+            f"{_rate(m['errors'][t]['cases'])} ({m['errors'][t]['count']})"
+            for t in summary["memory_error_types"]
+        ]
+        lines.append(
+            f"| {CONDITION_NAMES.get(cond, cond)} | {m['cases']} | {m['status'].get('valid', 0)} | {m['status'].get('empty', 0)} | "
+            f"{m['status'].get('invalid', 0)} | {m.get('repaired', 0)} | {_rate(m['exact'])} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
+    lines += ["", "Plot: `policy_confusion.png`. Per-item records: `items.jsonl`.", ""]
+    return "\n".join(lines)
+
+
+def summary_lines(run_dir) -> list[str]:
+    """A few headline lines of a finished run directory, for the terminal."""
+    from pathlib import Path
+
+    s = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    out = []
+    if s.get("eval") == "sabotage":
+        out.append(f"{s['items']} runs: {s['positives']} positive, {s['negatives']} negative")
+        for name, m in s["monitors"].items():
+            if not m:
+                continue
+            ops = " ".join(f"TPR@{float(k):.0%}FPR={_f(v['tpr'])}" for k, v in m["operating_points"].items())
+            out.append(
+                f"  {MONITOR_NAMES.get(name, name):<45} AUROC {_f(m['auroc']['value'])} [{_f(m['auroc']['ci'][0], 2)}, "
+                f"{_f(m['auroc']['ci'][1], 2)}]  {ops}  unparseable {_rate(m['failures']['unparseable'])}"
+            )
+        for key, w in s["writer"].items():
+            if w:
+                out.append(
+                    f"  writer {key:<22} agreement {_f(w['content_agreement']['value'])} compliance "
+                    f"{_f(w['protocol_compliance']['value'])}"
+                    + (f" parse rate {_rate(w['parse_rate'])}" if "parse_rate" in w else "")
+                )
+    else:
+        out.append(f"{s['cases']} cases, {s['requests']} requests, executor {s['executor']}")
+        for cond, c in s["conditions"].items():
+            if not c:
+                continue
+            r = c["rates"]
+            out.append(
+                f"  {CONDITION_NAMES.get(cond, cond):<32} authorized use {_rate(r['authorized_use'])}  unauthorized "
+                f"{_rate(r['unauthorized_submission'])}  escalation {_rate(r['escalation'])}  calibrated {r['calibrated']}"
+            )
+    return out

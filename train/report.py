@@ -1,0 +1,221 @@
+"""What a person looks at after training: loss curves (PNG), a model card, and a held-out parse check."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+logger = logging.getLogger("ledgerwright.train")
+
+
+def loss_series(log_history: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    train = [(h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h]
+    val = [(h["step"], h["eval_loss"]) for h in log_history if "eval_loss" in h and "step" in h]
+    return {"train": train, "validation": val}
+
+
+def plot_losses(log_history: list[dict], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = loss_series(log_history)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    if series["train"]:
+        ax.plot(*zip(*series["train"]), label="train loss", color="tab:blue", lw=1.5)
+    if series["validation"]:
+        ax.plot(*zip(*series["validation"]), label="validation loss", color="tab:orange", marker="o", lw=1.5)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (assistant tokens, nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def _stop_token_ids(model, tokenizer) -> list[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    for tok in ("<end_of_turn>", "</s>", tokenizer.eos_token):
+        tid = tokenizer.convert_tokens_to_ids(tok) if tok else None
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
+            ids.append(tid)
+    return ids
+
+
+def parse_check(
+    model,
+    tokenizer,
+    rows: list[dict],
+    max_examples: int,
+    *,
+    max_new_tokens: int = 192,
+    batch_size: int = 8,
+    turns_per_example: int = 3,
+    max_prompt_tokens: int | None = None,
+) -> dict:
+    """Greedy answers for the first ``turns_per_example`` assistant turns of the first ``max_examples``
+    rows (held-out families), each given the conversation before it; counts how many parse as JSON and
+    how many equal the reference JSON. Prompts longer than ``max_prompt_tokens`` are skipped."""
+    import torch
+
+    prompts, refs = [], []
+    for r in rows[:max_examples]:
+        msgs = r["messages"]
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][:turns_per_example]
+        for i in turns:
+            if max_prompt_tokens is not None:
+                n = len(
+                    tokenizer.apply_chat_template(
+                        msgs[:i], tokenize=True, add_generation_prompt=True, return_dict=True
+                    )["input_ids"]
+                )
+                if n > max_prompt_tokens:
+                    continue
+            prompts.append(msgs[:i])
+            refs.append(msgs[i]["content"])
+    if not prompts:
+        return {"examples": 0, "answers": 0, "parsed": 0, "parse_rate": None, "exact": 0}
+    stop = _stop_token_ids(model, tokenizer)
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    parsed = exact = 0
+    samples = []
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            texts = [
+                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in chunk
+            ]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            with torch.no_grad():
+                out = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=stop,
+                    pad_token_id=tokenizer.pad_token_id,
+                    use_cache=True,
+                )
+            for j, row in enumerate(out[:, enc["input_ids"].shape[1] :]):
+                text = tokenizer.decode(row, skip_special_tokens=True).strip()
+                ref = refs[start + j]
+                try:
+                    value = json.loads(text)
+                    parsed += 1
+                    exact += int(value == json.loads(ref))
+                except ValueError:
+                    pass
+                if len(samples) < 3:
+                    samples.append({"generated": text, "reference": ref})
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    n = len(prompts)
+    return {
+        "examples": min(max_examples, len(rows)),
+        "families": sorted({r["family"] for r in rows[:max_examples]}),
+        "answers": n,
+        "parsed": parsed,
+        "parse_rate": round(parsed / n, 4),
+        "exact": exact,
+        "exact_rate": round(exact / n, 4),
+        "samples": samples,
+    }
+
+
+def model_card(*, cfg, manifest: dict, command: str) -> str:
+    """A Hugging Face style README.md for the adapter."""
+    base = manifest["base_model"]
+    res = manifest["results"]
+    tags = [
+        "ledgerwright",
+        cfg.role,
+        *manifest["tasks"],
+        "qlora" if cfg.load_in_4bit else "lora",
+        "peft",
+        "trl",
+        "sft",
+    ]
+    front = [
+        "---",
+        f"base_model: {base['name']}",
+        "library_name: peft",
+        "pipeline_tag: text-generation",
+        "tags:",
+        *[f"- {t}" for t in tags],
+        "---",
+        "",
+    ]
+
+    def fmt(x):
+        return "n/a" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+    pc = res.get("parse_check") or {}
+    lines = [
+        f"# ledgerwright {cfg.role}: {', '.join(manifest['tasks'])}",
+        "",
+        f"A LoRA adapter ({'QLoRA on a 4-bit nf4 base' if cfg.load_in_4bit else 'on a full-precision base'}) "
+        f"that makes `{base['name']}` a ledger {cfg.role}. Trained with TRL SFT, assistant-only loss"
+        f"{', padding-free packing' if cfg.packing else ''}.",
+        "",
+        "## Training",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| examples | {manifest['examples']} (seed {manifest['seed']}) |",
+        f"| dataset fingerprint | `{manifest['dataset']['digest']}` |",
+        f"| steps / epochs | {res['global_step']} / {(res.get('epochs') or 0):.2f} |",
+        f"| tokens seen | {manifest['tokens_seen']:,} |",
+        f"| max length | {cfg.max_length} |",
+        f"| LoRA | r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, {cfg.lora_target_modules} |",
+        f"| learning rate | {cfg.learning_rate} ({cfg.lr_scheduler_type}) |",
+        f"| world size | {manifest['world_size']} ({manifest['hardware']['accelerator']}) |",
+        f"| wall time | {manifest['wall_seconds']:.0f} s |",
+        "",
+        "## Results",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| validation loss, untrained adapter | {fmt(res.get('eval_loss_initial'))} |",
+        f"| validation loss, final | {fmt(res.get('eval_loss_final'))} |",
+        f"| train loss, final | {fmt(res.get('train_loss_final'))} |",
+    ]
+    if pc.get("answers"):
+        lines.append(
+            f"| held-out answers that parse as JSON | {pc['parsed']}/{pc['answers']} ({pc['parse_rate']:.0%}); "
+            f"exact {pc['exact']}/{pc['answers']} |"
+        )
+    lines += [
+        "",
+        "![loss curves](loss_curves.png)",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from train.modeling import load_trained",
+        f"model, tokenizer = load_trained('{manifest['output_dir']}')",
+        "```",
+        "",
+        "The tokenizer in this folder carries the training chat template (`chat_template.jinja`); prompt with",
+        "`tokenizer.apply_chat_template(messages, add_generation_prompt=True)`.",
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Code revision `{manifest['code']['revision']}` (dirty: {manifest['code']['dirty']}); "
+        "`manifest.json` lists versions and the sha256 of every file here; `config.yaml` is the resolved config.",
+        "",
+    ]
+    return "\n".join(front + lines)
