@@ -2,7 +2,8 @@
 
     python bench/build.py [--runs 20000] [--seed 0]
 
-Generates a synthetic corpus, then in separate processes (so each peak RSS is its own): (1) read and
+Times are CPU time of the measured process (time.process_time), so other load does not inflate
+them. Generates a synthetic corpus, then in separate processes (so each peak RSS is its own): (1) read and
 ``json.loads`` every line, (2) the full build. Prints runs/s, the ratio, and peak RSS; a second build
 on a quarter of the corpus shows whether memory grows with corpus size. Target: >= 1,000 runs/s.
 """
@@ -20,12 +21,12 @@ from pathlib import Path
 CHILD_READ = """
 import json, resource, sys, time
 from pathlib import Path
-t = time.perf_counter(); n = 0
+t = time.process_time(); n = 0
 for p in sorted(Path(sys.argv[1]).glob('runs/*.jsonl')):
     with open(p, encoding='utf-8') as fh:
         for line in fh:
             json.loads(line); n += 1
-print(json.dumps({'runs': n, 'seconds': time.perf_counter() - t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({'runs': n, 'seconds': time.process_time() - t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 CHILD_BUILD = """
@@ -35,10 +36,10 @@ from data_prep.sft.config import load_build_config
 from data_prep.sft.pipeline import build
 import datasets  # imported before timing: a fixed cost, not per-run work
 cfg = load_build_config(sys.argv[3])
-t = time.perf_counter()
+t = time.process_time()
 m = build(Path(sys.argv[1]), Path(sys.argv[2]), cfg, progress=False)
 runs = m['counts']['writer_action']['input']
-print(json.dumps({'runs': runs, 'seconds': time.perf_counter() - t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({'runs': runs, 'seconds': time.process_time() - t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
