@@ -87,11 +87,20 @@ def load_tokenizer(model_path: str, cfg: TrainConfig):
     return tok
 
 
-def quantization_config(cfg: TrainConfig):
+def quantization_config(cfg: TrainConfig, *, fsdp: bool = False):
+    """nf4 + double quantization. Under FSDP the 4-bit weights are stored in the compute dtype unless
+    the preset names a storage dtype: FSDP flattens the parameters of a unit into one tensor of one
+    dtype, which uint8-stored weights next to bf16 norms would break."""
     import torch
     from transformers import BitsAndBytesConfig
 
-    storage = getattr(torch, cfg.bnb_4bit_quant_storage) if cfg.bnb_4bit_quant_storage else torch.uint8
+    if cfg.bnb_4bit_quant_storage:
+        storage = getattr(torch, cfg.bnb_4bit_quant_storage)
+    elif fsdp:
+        storage = compute_dtype(cfg)
+        logger.info("FSDP: storing the 4-bit weights as %s so that parameters flatten", storage)
+    else:
+        storage = torch.uint8
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=cfg.bnb_4bit_quant_type,
@@ -128,7 +137,7 @@ def load_base_model(model_path: str, cfg: TrainConfig, *, fsdp: bool = False):
     if dm is not None:
         kwargs["device_map"] = dm
     if cfg.load_in_4bit:
-        kwargs["quantization_config"] = quantization_config(cfg)
+        kwargs["quantization_config"] = quantization_config(cfg, fsdp=fsdp)
     model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     model.config.use_cache = False
     if cfg.load_in_4bit:
@@ -208,8 +217,9 @@ def load_trained(ckpt_dir: str | Path, *, base: str | None = None):
     cfg = TrainConfig(**{k: v for k, v in manifest["config"].items() if k != "tiny"})
     cfg.gradient_checkpointing = False
     base_path = base or manifest["base_model"]["path"]
-    if not Path(base_path).exists() and (ckpt / base_path).exists():
-        base_path = str(ckpt / base_path)
+    local = manifest["base_model"].get("local_copy")
+    if base is None and local and (ckpt / local).is_dir() and not Path(base_path).exists():
+        base_path = str(ckpt / local)  # the cache was cleared: the copy saved with the checkpoint
     model, _ = load_base_model(base_path, cfg)
     model = PeftModel.from_pretrained(model, str(ckpt), is_trainable=False)
     # The adapter was trained (and saved) in its training dtype; keep it rather than upcasting.

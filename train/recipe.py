@@ -252,7 +252,7 @@ def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
     # data
     with state.main_process_first():
         sft_dir = D.resolve_sft_dir(cfg.data_dir, cache_dir)
-    timings = {"data": time.time() - t_start}
+    timings = {"startup_and_data": time.time() - t_start}
     data = D.load_tasks(sft_dir, cfg.sft_tasks)
     train_rows = D.sample_train(data, cfg.examples, cfg.seed, cfg.allow_upsample)
     eval_rows = D.sample_eval(data, cfg.eval_examples)
@@ -343,7 +343,11 @@ def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
     train_seconds = time.time() - t_train
     timings["train"] = train_seconds
     t_eval = time.time()
-    final_eval = trainer.evaluate() if eval_rows else {}
+    last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
+    if last is not None and last.get("step") == trainer.state.global_step:
+        final_eval = {"eval_loss": last["eval_loss"]}  # already evaluated at the last step
+    else:
+        final_eval = trainer.evaluate() if eval_rows else {}
     timings["final_eval"] = time.time() - t_eval
 
     digests = gather_object([_param_digest(model)])
@@ -409,7 +413,12 @@ def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
                 "quant_type": cfg.bnb_4bit_quant_type,
                 "double_quant": cfg.bnb_4bit_use_double_quant,
                 "compute_dtype": str(compute_dtype(cfg)).replace("torch.", ""),
-                "quant_storage": cfg.bnb_4bit_quant_storage,
+                "quant_storage": cfg.bnb_4bit_quant_storage
+                or (
+                    str(compute_dtype(cfg)).replace("torch.", "")
+                    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+                    else "uint8"
+                ),
             },
             "adapter_dtype": str(compute_dtype(cfg)).replace("torch.", ""),
             "dataset": {

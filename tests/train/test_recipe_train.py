@@ -194,6 +194,10 @@ def test_reloaded_adapter_reproduces_the_trained_logits(writer_run, sft_dir):
             base = reloaded(input_ids=ids).logits
     assert torch.allclose(a, b, atol=1e-5, rtol=0), (a - b).abs().max()
     assert not torch.allclose(a, base, atol=1e-4)  # the adapter does change the model
+    # the copy of the tiny base saved with the checkpoint gives the same model
+    copy, _ = load_trained(out, base=str(out / "base-model"))
+    with torch.no_grad():
+        assert torch.equal(copy(input_ids=ids).logits, b)
 
 
 def test_4bit_path_goes_through_bitsandbytes(writer_run):
