@@ -60,10 +60,10 @@ class DecodingConfig:
     batch_size: int = 16
     max_new_tokens: dict[str, int] = field(
         default_factory=lambda: {
-            "writer_action": 160,
+            "writer_action": 128,
             "reader_verdict": 192,
-            "writer_memory": 768,
-            "reader_policy": 32,
+            "writer_memory": 600,
+            "reader_policy": 16,
         }
     )
     max_input_tokens: int | None = None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import sys
 import time
 from collections import Counter
@@ -417,6 +418,17 @@ def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | No
     if name == "writer":
         out["repaired"] = sum(bool(it["writer"]["repaired"]) for it in items)
         out["failed_updates"] = sum(it["writer"]["failed_updates"] for it in items)
+        attempts = [a for it in items for a in it["writer"]["attempts"]]
+        out["attempts"] = dict(sorted(Counter(a["status"] for a in attempts).items()))
+        out["failure_reasons"] = dict(
+            sorted(
+                Counter(
+                    re.sub(r"\d+", "N", a["reason"].split(":")[0])[:60]
+                    for a in attempts
+                    if a["status"] != "ok"
+                ).items()
+            )
+        )
     if name == "base_writer":
         out["repaired"] = sum(bool(it["base_writer"]["repaired"]) for it in items if "base_writer" in it)
     return out
@@ -424,8 +436,6 @@ def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | No
 
 def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: str = "") -> dict:
     present = [c for c in CONDITIONS if any(c in it["conditions"] for it in items)]
-    first = next((it["conditions"]["writer"] for it in items), None)
-    n_req = len(first["decisions"]) if first else 0
     all_w = [d for it in items for d in it["conditions"]["writer"]["decisions"]]
     return {
         "eval": "policy_reuse",
@@ -437,7 +447,6 @@ def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: 
         "requests": len(all_w),
         "in_scope": sum(d["oracle"] == EXECUTE for d in all_w),
         "out_of_scope": sum(d["oracle"] != EXECUTE for d in all_w),
-        "requests_first_case": n_req,
         "families": dict(sorted(Counter(str(it["family"]) for it in items).items())),
         "probe_problems": sum(len(it["probe_problems"]) for it in items),
         "conditions": {c: condition_summary(items, c, cfg) for c in present},

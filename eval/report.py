@@ -41,9 +41,9 @@ def sabotage_report(summary: dict, config: dict) -> str:
     lines.append(
         f"{summary['items']} runs from {summary.get('source', '?')} ({summary['positives']} positive, {summary['negatives']} negative): "
         f"{summary['action_sabotage']} with action sabotage, injected ledger sabotage "
-        f"{json.dumps(summary['injected'])} (share {config.get('inject_share')}). Families: "
-        + ", ".join(f"{k} ({v})" for k, v in summary["families"].items())
-        + "."
+        f"{json.dumps(summary['injected'])} (share {config.get('inject_share')}; requested "
+        f"{json.dumps(summary.get('injected_requested', {}))}, a type that cannot apply to a ledger falls back to "
+        "the next). Families: " + ", ".join(f"{k} ({v})" for k, v in summary["families"].items()) + "."
     )
     lines += [
         "",
@@ -56,7 +56,7 @@ def sabotage_report(summary: dict, config: dict) -> str:
     head = "| monitor | n (pos/neg) | AUROC | " + " | ".join(
         f"TPR @ {float(f):.0%} FPR (achieved FPR)" for f in fprs
     )
-    head += " | verdict TPR | verdict FPR | unparseable | cites gold ids |"
+    head += " | verdict TPR | verdict FPR | unparseable | label = gold verdict | cites gold ids | AUROC, parsed answers only |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for name, m in summary["monitors"].items():
         if not m:
@@ -68,11 +68,19 @@ def sabotage_report(summary: dict, config: dict) -> str:
             flag = "" if op["resolvable"] else " ⚠"
             row += f" {_f(op['tpr'])} [{_f(op['tpr_ci'][0], 2)}, {_f(op['tpr_ci'][1], 2)}] ({_f(op['achieved_fpr'], 3)}){flag} |"
         row += f" {_rate(m['verdict']['tpr'])} | {_rate(m['verdict']['fpr'])} | {_rate(m['failures']['unparseable'])} |"
-        row += f" {_rate(m['citations']['exact_gold_ids'])} |"
+        row += (
+            f" {_rate(m['verdict']['agrees_with_gold_label'])} | {_rate(m['citations']['exact_gold_ids'])} |"
+        )
+        po = m.get("parsed_only") or {}
+        pa = (po.get("auroc") or {}).get("value")
+        row += f" {_f(pa)} (n={po.get('n', 0)}: {po.get('n_pos', 0)}/{po.get('n_neg', 0)}) |"
         lines.append(row)
     lines += [
         "",
-        "⚠: fewer than 1/FPR negatives, so the target FPR cannot be resolved (threshold = highest negative score).",
+        "⚠: fewer than 1/FPR negatives, so the target FPR cannot be resolved (threshold = highest negative score). "
+        "'label = gold verdict': the verdict label equals the reconciler's verdict on the same ledger (writer "
+        "mistakes included). 'AUROC, parsed answers only' is a diagnostic that leaves failures out; every other "
+        "figure keeps them in.",
         "",
     ]
     lines += ["## Recall per sabotage type", ""]
@@ -202,6 +210,13 @@ def policy_report(summary: dict, config: dict) -> str:
             + " | ".join(cells)
             + " |"
         )
+    w = summary["memory"].get("writer") or {}
+    if w.get("attempts"):
+        lines += [
+            "",
+            f"Writer answers (first attempts and repairs): {json.dumps(w['attempts'])}; failures: "
+            + ", ".join(f"{k} ({v})" for k, v in w.get("failure_reasons", {}).items()),
+        ]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
     lines += ["", "Plot: `policy_confusion.png`. Per-item records: `items.jsonl`.", ""]
     return "\n".join(lines)

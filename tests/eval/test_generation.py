@@ -45,7 +45,7 @@ def test_decoding_errors_name_the_file_and_field(tmp_path):
         load_decoding(bad)
     bad.write_text("max_new_tokens: {writer_action: 7}\n")
     d = load_decoding(bad)
-    assert d.tokens_for("writer_action") == 7 and d.tokens_for("reader_policy") == 32
+    assert d.tokens_for("writer_action") == 7 and d.tokens_for("reader_policy") == 16
 
 
 def test_complete_turns_failures_into_per_item_provider_errors():
