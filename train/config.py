@@ -35,7 +35,7 @@ READER_TASKS = {
     "both": ["reader_verdict", "reader_policy"],
 }
 ROLE_TASKS = {"writer": WRITER_TASKS, "reader": READER_TASKS}
-ROLE_DEFAULTS = {"writer": ("action", "ckpt"), "reader": ("verdict", "ckpt-reader")}
+ROLE_DEFAULTS = {"writer": ("both", "ckpt"), "reader": ("verdict", "ckpt-reader")}
 REPORT_TO = ("none", "tensorboard", "wandb")
 
 
@@ -87,7 +87,8 @@ class TrainConfig:
     task: str | None = field(
         default=None,
         metadata=_help(
-            "writer: action | memory | both (default action); reader: verdict | policy | both "
+            "writer: action | memory | both (default both: action ledgers and authorization memory, "
+            "so one ckpt/ serves eval/sabotage.py and eval/policy_reuse.py); reader: verdict | policy | both "
             "(default verdict)"
         ),
     )
@@ -130,10 +131,11 @@ class TrainConfig:
         metadata=_help("training chat template with {% generation %} markers (path, relative to the repo)"),
     )
     attn_implementation: str = field(
-        default="blockwise_fp32_global",
+        default="blockwise_fp32",
         metadata=_help(
-            "attention: blockwise_fp32_global (global layers to the fp32 kernel), sdpa, eager, "
-            "flash_attention_2"
+            "attention: blockwise_fp32 (every layer to the fp32 kernel, sliding layers with their "
+            "window; the CPU default), blockwise_fp32_global (global layers to the kernel, sliding "
+            "layers to sdpa / flash-attention; the GPU presets), sdpa, eager, flash_attention_2"
         ),
     )
     load_in_4bit: bool = field(

@@ -14,8 +14,6 @@ from train.config import TrainConfig, resolve_repo_path
 
 logger = logging.getLogger("ledgerwright.train")
 
-BLOCKWISE = "blockwise_fp32_global"
-
 
 class ModelError(ValueError):
     pass

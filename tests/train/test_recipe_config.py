@@ -30,7 +30,7 @@ def test_presets_load_and_resolve(name):
     assert cfg.assistant_only_loss and cfg.packing
     assert cfg.gradient_checkpointing == (name != "tiny.yaml")  # off for the tiny CPU default only
     assert (REPO / cfg.chat_template).is_file()
-    assert cfg.task == "action" and cfg.output_dir == "ckpt"
+    assert cfg.task == "both" and cfg.output_dir == "ckpt"
 
 
 def test_real_presets():

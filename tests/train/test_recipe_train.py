@@ -136,7 +136,7 @@ def test_writer_trains_and_saves(writer_run, sft_dir):
         assert f in names, f
     assert (out / "checkpoint-3").is_dir() and (out / "checkpoint-6").is_dir()
     m = json.loads((out / "manifest.json").read_text())
-    assert m["role"] == "writer" and m["tasks"] == ["writer_action"]
+    assert m["role"] == "writer" and m["tasks"] == ["writer_action", "writer_memory"]
     assert m["examples"] == 16 and m["seed"] == 0 and m["world_size"] == 1
     assert m["code"].keys() == {"revision", "dirty"}
     for pkg in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes"):
@@ -168,7 +168,7 @@ def test_writer_trains_and_saves(writer_run, sft_dir):
     from train.data import load_tasks, sample_train
 
     ids = json.loads((out / "train_ids.json").read_text())["ids"]
-    assert ids == [r["id"] for r in sample_train(load_tasks(sft_dir, ["writer_action"]), 16, 0, False)]
+    assert ids == [r["id"] for r in sample_train(load_tasks(sft_dir, cfg.sft_tasks), 16, 0, False)]
     # resolved config round-trips
     from train.config import load_preset
 
