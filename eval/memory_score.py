@@ -20,8 +20,8 @@ Errors, each with the authorization it concerns (a memory record is matched to a
 - ``extra_record``: a record with no basis among the authorized issuers' events (a scope claim by
   someone who cannot authorize, or an invention).
 
-Note: the synthetic teacher labels a dropped record ``omission``; here that is ``missing_record``
-(``omission`` is kept for a record that is there but incomplete).
+The synthetic teacher labels its errors with the same names, so its recorded errors are what this scorer
+finds (a test holds them equal).
 """
 
 from __future__ import annotations

@@ -577,9 +577,9 @@ def _teacher_memory(
     errors: list[dict] = []
     rates = cfg.memory_error_rates
     draws = {k: rng.random() < rates.get(k, 0.0) for k in MEMORY_ERRORS}
-    if draws["omission"] and memory:
+    if draws["missing_record"] and memory:
         r = memory.pop(rng.randrange(len(memory)))
-        errors.append({"type": "omission", "authorization_ref": r["authorization_ref"]})
+        errors.append({"type": "missing_record", "authorization_ref": r["authorization_ref"]})
     if draws["broadening"] and memory:
         r = rng.choice(memory)
         mode = rng.choice(("amount", "category", "time"))

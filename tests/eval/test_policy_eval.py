@@ -260,11 +260,10 @@ def test_memory_checks_and_errors_by_hand(cases_list):
 def test_memory_errors_agree_with_the_synthetic_teachers_labels():
     from evalkit import policy_cases
 
-    mapping = {"omission": "missing_record"}  # the synthetic teacher calls a dropped record an omission
     n_err = 0
     for case in policy_cases(60, seed=5):
         want = sorted(
-            (mapping.get(e["type"], e["type"]), e["authorization_ref"])
+            (e["type"], e["authorization_ref"])
             for e in case["teacher"]["memory_errors"]
         )
         got = sorted(
