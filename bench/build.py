@@ -5,13 +5,16 @@
 Times are CPU time of the measured process (time.process_time), so other load does not inflate
 them. Generates a synthetic corpus, then in separate processes (so each peak RSS is its own): (1) read and
 ``json.loads`` every line, (2) the full build. Prints runs/s, the ratio, and peak RSS; a second build
-on a quarter of the corpus shows whether memory grows with corpus size. Target: >= 1,000 runs/s.
+on a quarter of the corpus (``--small``) shows whether memory grows with corpus size: the ratio of
+the two peaks and the growth per 1,000 runs. Targets: >= 1,000 runs/s; peak RSS flat in corpus size
+(big / small <= 1.10). The machine's load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -51,16 +54,20 @@ def child(code: str, *args: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=20000)
+    ap.add_argument("--small", type=int, default=None, help="runs of the second build (default: --runs / 4)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    small_runs = args.small if args.small is not None else args.runs // 4
     from data_prep.synth import SynthConfig, generate_corpus
+
+    print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
     config = str(Path(__file__).resolve().parents[1] / "configs" / "data" / "default.yaml")
     with tempfile.TemporaryDirectory() as tmp:
         big, small = Path(tmp) / "big", Path(tmp) / "small"
         t = time.perf_counter()
         generate_corpus(SynthConfig(runs=args.runs, policy_cases=0, seed=args.seed), big)
-        generate_corpus(SynthConfig(runs=args.runs // 4, policy_cases=0, seed=args.seed), small)
+        generate_corpus(SynthConfig(runs=small_runs, policy_cases=0, seed=args.seed), small)
         print(f"generated corpora in {time.perf_counter() - t:.1f} s")
         read = child(CHILD_READ, str(big))
         full = child(CHILD_BUILD, str(big), str(Path(tmp) / "out-big"), config)
@@ -70,12 +77,21 @@ def main() -> None:
     print(
         f"full build:        {rate:10.0f} runs/s  peak {full['peak_mb']:.0f} MB  ({full['runs']} runs, {full['seconds']:.1f} s)"
     )
+    print(
+        f"small build:       {quarter['runs'] / quarter['seconds']:10.0f} runs/s  peak {quarter['peak_mb']:.0f} MB"
+        f"  ({quarter['runs']} runs, {quarter['seconds']:.1f} s)"
+    )
     print(f"ratio build / read time: {full['seconds'] / read['seconds']:.1f}x")
+    growth = full["peak_mb"] / quarter["peak_mb"]
+    per_1k = (full["peak_mb"] - quarter["peak_mb"]) / ((full["runs"] - quarter["runs"]) / 1000)
     print(
         f"memory vs corpus size: {quarter['runs']} runs -> {quarter['peak_mb']:.0f} MB, "
-        f"{full['runs']} runs -> {full['peak_mb']:.0f} MB (x{full['peak_mb'] / quarter['peak_mb']:.2f} for x4 runs)"
+        f"{full['runs']} runs -> {full['peak_mb']:.0f} MB (x{growth:.2f} for x{full['runs'] / quarter['runs']:.0f} runs, "
+        f"{per_1k:+.2f} MB per 1,000 runs)"
     )
     print(f"target >= 1000 runs/s: {'met' if rate >= 1000 else 'NOT met'}")
+    print(f"target peak RSS flat (x{growth:.2f} <= x1.10): {'met' if growth <= 1.10 else 'NOT met'}")
+    print("load average (1, 5, 15 min) after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

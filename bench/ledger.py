@@ -4,14 +4,15 @@
 
 Times are CPU time of this process (time.process_time), so other load on the machine does not
 inflate them. Prints runs/s for the full path (strict parse, typed load, chain + trajectory verification,
-reconciliation) and the ratio to merely ``json.loads``-ing the same file. Target: >= 5,000 runs/s
-on one core.
+reconciliation) and the ratio to merely ``json.loads``-ing the same file, and the machine's load
+average before and after. Target: >= 5,000 runs/s on one core.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import tempfile
 import time
@@ -67,6 +68,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "runs.jsonl"
         write_jsonl(path, make_runs(args.runs, args.seed))
@@ -91,6 +93,7 @@ def main() -> None:
     print(f"verify + reconcile (full):    {rate:10.0f} runs/s ({t_full:.2f} s)")
     print(f"ratio full / json.loads time: {t_full / t_plain:.2f}x slower")
     print(f"target >= 5000 runs/s: {'met' if rate >= 5000 else 'NOT met'}")
+    print("load average (1, 5, 15 min) after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

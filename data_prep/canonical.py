@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
 import rfc8785
@@ -84,6 +85,10 @@ def _scan(obj: Any) -> int:
             tv = type(v)
             if tv is str or tv is bool or v is None:
                 continue
+            if tv is int:
+                if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+                    continue
+                raise _Invalid
             flags |= _scan(v)
         return flags
     if t is list:
@@ -92,6 +97,10 @@ def _scan(obj: Any) -> int:
             tv = type(v)
             if tv is str or tv is bool or v is None:
                 continue
+            if tv is int:
+                if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+                    continue
+                raise _Invalid
             flags |= _scan(v)
         return flags
     if t is float:
@@ -178,6 +187,15 @@ def _fast_float(text: str) -> float:
     raise _Invalid
 
 
+# Made once: ``json.loads`` with hooks builds a decoder and its C scanner on every call.
+_FAST_DECODE = json.JSONDecoder(
+    object_pairs_hook=_fast_pairs,
+    parse_int=_fast_int,
+    parse_float=_fast_float,
+    parse_constant=_reject_constant,
+).decode
+
+
 def loads_strict(text: str | bytes) -> Any:
     """Parse one JSON text strictly (I-JSON): errors carry the JSON path of the offending field.
 
@@ -190,13 +208,7 @@ def loads_strict(text: str | bytes) -> Any:
         except UnicodeDecodeError as exc:
             raise StrictJSONError("$", f"not UTF-8 (byte {exc.start})") from None
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_fast_pairs,
-            parse_int=_fast_int,
-            parse_float=_fast_float,
-            parse_constant=_reject_constant,
-        )
+        return _FAST_DECODE(text)
     except _Invalid:
         pass
     except StrictJSONError:
@@ -226,23 +238,61 @@ def canonical_bytes(value: Any) -> bytes:
     return _encode_plain(value)
 
 
+def canonical_chat(messages: Any) -> bytes:
+    """``canonical_bytes`` of chat messages (a list of ``{"role": str, "content": str}``), without the
+    general I-JSON scan when they have exactly that shape."""
+    if type(messages) is not list:
+        return canonical_bytes(messages)
+    for m in messages:
+        if (
+            type(m) is not dict
+            or len(m) != 2
+            or type(m.get("role")) is not str
+            or type(m.get("content")) is not str
+        ):
+            return canonical_bytes(messages)
+    return _encode_plain(messages)
+
+
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# The C encoder behind _ENCODER.encode, made once: ``JSONEncoder.encode`` rebuilds it on every call,
+# which costs more than encoding a small object. No circular-reference markers: canonical values are
+# trees (a cycle ends in RecursionError instead of ValueError).
+_C_ENCODE = (
+    c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", True, False, True)
+    if c_make_encoder is not None
+    else None
+)
+
+
+def _encode_text(value: Any) -> str:
+    if _C_ENCODE is None or type(value) is str:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0))
 
 
 def _encode_plain(value: Any) -> bytes:
-    text = _ENCODER.encode(value)
+    text = _encode_text(value)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise StrictJSONError("$", "lone surrogate in string") from None
 
 
+_DOMAIN_HASHES: dict[str, Any] = {}
+
+
+def domain_hash(domain: str) -> Any:
+    """A SHA-256 object that has absorbed the domain prefix (``copy()`` it before use)."""
+    h = _DOMAIN_HASHES.get(domain)
+    if h is None:
+        h = _DOMAIN_HASHES[domain] = hashlib.sha256(b"ledgerwright/" + domain.encode("ascii") + b"\x00")
+    return h
+
+
 def digest(domain: str, value: Any) -> str:
     """Domain-separated SHA-256 of the canonical bytes: ``sha256:<hex>``."""
-    h = hashlib.sha256()
-    h.update(b"ledgerwright/")
-    h.update(domain.encode("ascii"))
-    h.update(b"\x00")
+    h = domain_hash(domain).copy()
     h.update(canonical_bytes(value))
     return DIGEST_PREFIX + h.hexdigest()
 
@@ -250,7 +300,7 @@ def digest(domain: str, value: Any) -> str:
 def digest_plain(domain: str, value: Any) -> str:
     """``digest`` for values the caller has already shape-checked: only ASCII keys, strings, safe
     integers, booleans and null (no floats). Skips the I-JSON scan on hot paths."""
-    h = hashlib.sha256(b"ledgerwright/" + domain.encode("ascii") + b"\x00")
+    h = domain_hash(domain).copy()
     h.update(_encode_plain(value))
     return DIGEST_PREFIX + h.hexdigest()
 

@@ -7,12 +7,11 @@ genesis value binds the run id, so a record spliced in from another run cannot l
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
-from data_prep.canonical import DIGEST_PREFIX, MAX_SAFE_INT, digest
+from data_prep.canonical import DIGEST_PREFIX, MAX_SAFE_INT, canonical_bytes, digest, domain_hash
 
 RECORD_DOMAIN = "env-record/v1"
 ARGS_DOMAIN = "call-args/v1"
@@ -37,11 +36,23 @@ BREAK_KINDS = (
 
 
 def genesis_digest(run_id: str) -> str:
+    if type(run_id) is str:
+        # RFC 8785 form of {"run_id": <string>}
+        try:
+            data = f'{{"run_id":{encode_basestring(run_id)}}}'.encode()
+        except UnicodeEncodeError:
+            pass
+        else:
+            h = _GENESIS_HASH.copy()
+            h.update(data)
+            return DIGEST_PREFIX + h.hexdigest()
     return digest(GENESIS_DOMAIN, {"run_id": run_id})
 
 
 def args_digest(arguments: Any) -> str:
-    return digest(ARGS_DOMAIN, arguments)
+    h = _ARGS_HASH.copy()
+    h.update(canonical_bytes(arguments))
+    return DIGEST_PREFIX + h.hexdigest()
 
 
 def record_digest(record: dict) -> str:
@@ -50,23 +61,53 @@ def record_digest(record: dict) -> str:
     seq = record["seq"]
     strs = [record[k] for k in _SORTED_STR_FIELDS]
     if type(seq) is int and 0 < seq <= MAX_SAFE_INT and all(type(v) is str for v in strs):
-        # RFC 8785 form of this fixed shape: sorted ASCII keys, JSON-escaped strings, one integer.
-        text = _RECORD_TEMPLATE % (*map(encode_basestring, strs[:4]), seq, *map(encode_basestring, strs[4:]))
-        try:
-            return DIGEST_PREFIX + hashlib.sha256(_RECORD_PREFIX + text.encode("utf-8")).hexdigest()
-        except UnicodeEncodeError:
-            pass
+        return _record_digest_checked(record)
     return digest(RECORD_DOMAIN, {k: record[k] for k in RECORD_FIELDS})
+
+
+def _record_digest_checked(rec: dict) -> str:
+    """``record_digest`` of a record that passed ``_record_shape_problem`` (or has its field types):
+    the RFC 8785 form of this fixed shape is sorted ASCII keys, JSON-escaped strings, one integer."""
+    text = _RECORD_TEMPLATE % (
+        encode_basestring(rec["args_digest"]),
+        encode_basestring(rec["call_id"]),
+        encode_basestring(rec["policy_class"]),
+        encode_basestring(rec["prev_digest"]),
+        rec["seq"],
+        encode_basestring(rec["status"]),
+        encode_basestring(rec["tool"]),
+    )
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: let the full path refuse it
+        return digest(RECORD_DOMAIN, {k: rec[k] for k in RECORD_FIELDS})
+    h = _RECORD_HASH.copy()
+    h.update(data)
+    return DIGEST_PREFIX + h.hexdigest()
 
 
 _SORTED_STR_FIELDS = ("args_digest", "call_id", "policy_class", "prev_digest", "status", "tool")
 _RECORD_TEMPLATE = (
     '{"args_digest":%s,"call_id":%s,"policy_class":%s,"prev_digest":%s,"seq":%d,"status":%s,"tool":%s}'
 )
-_RECORD_PREFIX = b"ledgerwright/" + RECORD_DOMAIN.encode("ascii") + b"\x00"
+_RECORD_HASH = domain_hash(RECORD_DOMAIN)
+_ARGS_HASH = domain_hash(ARGS_DOMAIN)
+_GENESIS_HASH = domain_hash(GENESIS_DOMAIN)
+_HEAD_HASH = domain_hash(HEAD_DOMAIN)
 
 
 def head_seal(run_id: str, count: int, head_digest: str) -> str:
+    if type(run_id) is str and type(head_digest) is str and type(count) is int and abs(count) <= MAX_SAFE_INT:
+        # RFC 8785 form of {"count": <int>, "head_digest": <string>, "run_id": <string>}
+        try:
+            head, run = encode_basestring(head_digest), encode_basestring(run_id)
+            data = f'{{"count":{count},"head_digest":{head},"run_id":{run}}}'.encode()
+        except UnicodeEncodeError:
+            pass
+        else:
+            h = _HEAD_HASH.copy()
+            h.update(data)
+            return DIGEST_PREFIX + h.hexdigest()
     return digest(HEAD_DOMAIN, {"run_id": run_id, "count": count, "head_digest": head_digest})
 
 
@@ -177,7 +218,7 @@ def verify_ledger(run_id: str, ledger: Any) -> ChainBreak | None:
     prev = genesis_digest(run_id)
     for i, rec in enumerate(records):
         expected_seq = i + 1
-        if record_digest(rec) != rec["digest"]:
+        if _record_digest_checked(rec) != rec["digest"]:
             return ChainBreak(i, "edited", "record digest does not match its fields")
         if rec["digest"] in seen:
             return ChainBreak(i, "duplicated", f"record seq {rec['seq']} appears twice")

@@ -137,14 +137,66 @@ def _has_space(s: str) -> bool:
 
 
 def description_names_values(description: str, arguments: Any) -> bool:
-    text = description.casefold()
-    for forms in salient_values(arguments):
+    """True when ``description`` names every salient value of ``arguments`` (any accepted spelling,
+    case-insensitively). The same test as looping over ``salient_values``, without building the list:
+    a value found verbatim is settled before its other spellings or the casefolded text are made."""
+    text = None
+    stack = [arguments]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str:
+            if v in description or not 0 < len(v) <= SALIENT_MAX_CHARS or _has_space(v):
+                continue
+            forms: Any = (v,)
+        elif t is int:
+            s = str(v)
+            if s in description:
+                continue
+            forms = (s, f"{v:,}")
+        elif t is dict:
+            extend(v.values())
+            continue
+        elif t is list:
+            extend(v)
+            continue
+        elif t is float:
+            out: list[list[str]] = []
+            _collect(v, out)
+            forms = out[0]
+        else:
+            continue
+        if text is None:
+            text = description.casefold()
         for form in forms:
             if form in description or form.casefold() in text:
                 break
         else:
             return False
     return True
+
+
+_OUTCOMES = frozenset(CALL_STATUSES)
+
+
+def _entry_ok(entry: dict) -> bool:
+    """Fast check that ``_entry_problem(entry)`` is empty (exact JSON types only)."""
+    cid = entry.get("call_id")
+    tool = entry.get("tool")
+    outcome = entry.get("claimed_outcome")
+    pos = entry.get("position")
+    return (
+        type(cid) is str
+        and type(tool) is str
+        and type(entry.get("description")) is str
+        and type(outcome) is str
+        and type(pos) is int
+        and cid != ""
+        and tool != ""
+        and outcome in _OUTCOMES
+        and pos >= 0
+    )
 
 
 def _entry_problem(entry: dict) -> str:
@@ -176,11 +228,14 @@ def reconcile(run: Run, *, check_integrity: bool = True) -> Reconciliation:
     links: list[EntryLink] = []
     call_links = dict.fromkeys(by_id, "missing")
     for i, entry in enumerate(entries):
-        problem = _entry_problem(entry)
-        cid = entry.get("call_id") if isinstance(entry.get("call_id"), str) else None
-        if problem:
-            links.append(EntryLink(i, cid, "malformed", problem=problem))
-            continue
+        if _entry_ok(entry):
+            cid = entry["call_id"]
+        else:
+            problem = _entry_problem(entry)
+            cid = entry.get("call_id") if isinstance(entry.get("call_id"), str) else None
+            if problem:
+                links.append(EntryLink(i, cid, "malformed", problem=problem))
+                continue
         rec = by_id.get(cid)
         if rec is None:
             links.append(EntryLink(i, cid, "unknown_id", problem="no executed call has this id"))
@@ -201,14 +256,22 @@ def reconcile(run: Run, *, check_integrity: bool = True) -> Reconciliation:
                 timely=entry["position"] == rec["seq"],
             )
         )
-    matched = [link for link in links if link.label == "matched"]
-    extra = len(links) - len(matched)
+    n_matched = n_tool = n_out = n_desc = n_accurate = n_timely = 0
+    for link in links:
+        if link.label == "matched":
+            n_matched += 1
+            n_tool += link.tool_ok
+            n_out += link.outcome_ok
+            n_desc += link.description_ok
+            n_accurate += link.tool_ok and link.outcome_ok and link.description_ok
+            n_timely += link.timely
+    extra = len(links) - n_matched
     n_calls = len(by_id)
-    tool_acc = _ratio(sum(m.tool_ok for m in matched), len(matched))
-    out_acc = _ratio(sum(m.outcome_ok for m in matched), len(matched))
-    desc_acc = _ratio(sum(m.description_ok for m in matched), len(matched))
-    agreement = _ratio(sum(m.accurate for m in matched), n_calls + extra)
-    compliance = _ratio(sum(m.timely for m in matched), n_calls + extra)
+    tool_acc = _ratio(n_tool, n_matched)
+    out_acc = _ratio(n_out, n_matched)
+    desc_acc = _ratio(n_desc, n_matched)
+    agreement = _ratio(n_accurate, n_calls + extra)
+    compliance = _ratio(n_timely, n_calls + extra)
     bijection = extra == 0 and all(v == "matched" for v in call_links.values())
     verdict = _verdict(run, integrity, records, call_links, links)
     return Reconciliation(

@@ -243,6 +243,14 @@ class Run:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "$") -> Run:
+        """A typed run, or RecordError naming the first offending field (``where`` prefixes it)."""
+        run = _fast_run(d)
+        if run is not None:
+            return run
+        return cls._from_dict_checked(d, where)
+
+    @classmethod
+    def _from_dict_checked(cls, d: Any, where: str = "$") -> Run:
         if not isinstance(d, dict):
             raise RecordError(where, "a run must be a JSON object")
         _no_extra(d, RUN_FIELDS, where)
@@ -332,6 +340,166 @@ class Run:
             "provenance": self.provenance,
             "metadata": self.metadata,
         }
+
+
+_RUN_KEYS = frozenset(RUN_FIELDS)
+_LABELS_KEYS = frozenset(("sabotage", "type", "target_call_ids", "writer_errors"))
+_TEACHER_KEYS = frozenset(("writer_model", "reader_model", "verdict"))
+_VERDICT_KEYS = frozenset(("label", "suspicion", "cited_call_ids", "rationale"))
+_SABOTAGE_SET = frozenset(SABOTAGE_TYPES)
+_VERDICT_SET = frozenset(VERDICT_LABELS)
+_STATUS_SET = frozenset(CALL_STATUSES)
+
+
+def _str_list(value: Any) -> bool:
+    if type(value) is not list:
+        return False
+    for v in value:
+        if type(v) is not str:
+            return False
+    return True
+
+
+def _fast_run(d: Any) -> Run | None:
+    """``Run.from_dict`` for the common case: a record with exactly the JSON types the checked path
+    accepts. Returns None at the first doubt, and the checked path then accepts or names the field;
+    whatever this returns, the checked path would return too (tests compare them)."""
+    if type(d) is not dict or not d.keys() <= _RUN_KEYS or d.get("schema") != RUN_SCHEMA:
+        return None
+    run_id, workflow_id, family, domain = (
+        d.get("run_id"),
+        d.get("workflow_id"),
+        d.get("family"),
+        d.get("domain"),
+    )
+    if not (
+        type(run_id) is str
+        and type(workflow_id) is str
+        and type(family) is str
+        and type(domain) is str
+        and run_id
+        and workflow_id
+        and family
+        and domain
+    ):
+        return None
+    task = d.get("task")
+    if type(task) is not dict:
+        return None
+    messages, tools = task.get("messages"), task.get("tools")
+    if type(messages) is not list or type(tools) is not list:
+        return None
+    for m in messages:
+        if type(m) is not dict or type(m.get("role")) is not str or type(m.get("content")) is not str:
+            return None
+    for t in tools:
+        if type(t) is not dict or t.get("type") != "function":
+            return None
+        fn = t.get("function")
+        if type(fn) is not dict:
+            return None
+        name = fn.get("name")
+        if type(name) is not str or not name:
+            return None
+    trajectory = d.get("trajectory")
+    if type(trajectory) is not list:
+        return None
+    calls = []
+    for c in trajectory:
+        if not (
+            type(c) is dict
+            and c.keys() <= _CALL_KEYS
+            and type(c.get("call_id")) is str
+            and type(c.get("tool")) is str
+            and type(c.get("arguments")) is dict
+            and type(c.get("status")) is str
+            and c["status"] in _STATUS_SET
+            and c["call_id"]
+            and c["tool"]
+        ):
+            return None
+        calls.append(Call(c["call_id"], c["tool"], c["arguments"], c["status"], c.get("result")))
+    env = d.get("env_ledger")
+    if type(env) is not dict or type(env.get("records")) is not list or "model_ledger" not in d:
+        return None
+    ledger = d["model_ledger"]
+    if ledger is not None:
+        if type(ledger) is not list:
+            return None
+        for e in ledger:
+            if type(e) is not dict:
+                return None
+    provenance, metadata = d.get("provenance", {}), d.get("metadata", {})
+    if type(provenance) is not dict or type(metadata) is not dict:
+        return None
+    if "hidden_identifiers" in metadata and not _str_list(metadata["hidden_identifiers"]):
+        return None
+    labels = _fast_labels(d.get("labels"))
+    if labels is None:
+        return None
+    teacher = d.get("teacher")
+    if teacher is not None:
+        teacher = _fast_teacher(teacher)
+        if teacher is None:
+            return None
+    return Run(
+        run_id,
+        workflow_id,
+        family,
+        domain,
+        task,
+        calls,
+        env,
+        ledger,
+        labels,
+        teacher,
+        provenance,
+        metadata,
+        d["schema"],
+    )
+
+
+def _fast_labels(d: Any) -> Labels | None:
+    if type(d) is not dict or not d.keys() <= _LABELS_KEYS:
+        return None
+    sabotage, kind = d.get("sabotage"), d.get("type")
+    if type(sabotage) is not bool:
+        return None
+    if kind is not None and (type(kind) is not str or kind not in _SABOTAGE_SET):
+        return None
+    if sabotage != (kind is not None):
+        return None
+    targets, errors = d.get("target_call_ids", []), d.get("writer_errors", [])
+    if not _str_list(targets) or type(errors) is not list:
+        return None
+    for e in errors:
+        if type(e) is not dict or type(e.get("type")) is not str or type(e.get("call_id")) is not str:
+            return None
+    return Labels(sabotage, kind, list(targets), list(errors))
+
+
+def _fast_teacher(d: Any) -> Teacher | None:
+    if type(d) is not dict or not d.keys() <= _TEACHER_KEYS:
+        return None
+    writer, reader, verdict = d.get("writer_model"), d.get("reader_model"), d.get("verdict")
+    if type(writer) is not str or not writer or (reader is not None and type(reader) is not str):
+        return None
+    if verdict is not None:
+        if type(verdict) is not dict or not verdict.keys() <= _VERDICT_KEYS:
+            return None
+        label, suspicion = verdict.get("label"), verdict.get("suspicion")
+        cited, rationale = verdict.get("cited_call_ids", []), verdict.get("rationale", "")
+        if not (
+            type(label) is str
+            and label in _VERDICT_SET
+            and type(suspicion) is int
+            and 0 <= suspicion <= 100
+            and _str_list(cited)
+            and type(rationale) is str
+        ):
+            return None
+        verdict = Verdict(label, suspicion, list(cited), rationale)
+    return Teacher(writer, reader, verdict)
 
 
 @dataclass(frozen=True, slots=True)

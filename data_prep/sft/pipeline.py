@@ -1,8 +1,11 @@
 """The build: corpus -> validated runs and cases -> gold -> verdict-match filter -> sanitizer ->
 render -> dedup -> family split -> DatasetDicts, with every unit counted and a manifest.
 
-Streaming: runs are read one at a time and written to per-split JSONL spools as they are kept; only
-the dedup index (digests and MinHash signatures of kept examples) grows with the corpus.
+Streaming: runs are read one at a time; kept examples go to per-split JSONL spools and, in record
+batches of bounded size, to the Arrow files of the DatasetDicts as they are kept. What grows with
+the corpus is small per unit: the dedup index (a message digest, an id and a spool offset per kept
+example; MinHash signatures only for examples whose answers another kept example shares, the others
+being read back from the spool when needed) and the run ids seen (duplicate detection).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import hashlib
 import json
 import shutil
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from data_prep.canonical import dumps_canonical
+from data_prep.canonical import canonical_bytes, canonical_chat, dumps_canonical
 from data_prep.integrity import verify_run
 from data_prep.manifest import (
     ManifestError,
@@ -88,24 +90,75 @@ class SanitizerStats:
 
 
 class SplitWriter:
-    """Per task and split JSONL spools (canonical JSON, one example per line)."""
+    """Per task and split JSONL spools (canonical JSON, one example per line).
+
+    An example is addressed by a ``ref`` (its byte offset and split) so the deduplicator can read a
+    kept example back instead of holding it in memory."""
 
     def __init__(self, root: Path, tasks: tuple[str, ...]):
         self.root = root
         self.handles = {}
+        self.sizes: dict[tuple[str, str], int] = {}
+        self.readers: dict[tuple[str, str], Any] = {}
         for task in tasks:
             (root / task).mkdir(parents=True, exist_ok=True)
             for split in SPLITS:
-                self.handles[(task, split)] = open(
-                    root / task / f"{split}.jsonl", "w", encoding="utf-8", newline="\n"
-                )
+                self.handles[(task, split)] = open(root / task / f"{split}.jsonl", "wb")
+                self.sizes[(task, split)] = 0
 
-    def write(self, task: str, split: str, example: dict) -> None:
-        self.handles[(task, split)].write(dumps_canonical(example) + "\n")
+    def ref(self, task: str, split: str) -> int:
+        """Where the next example of (task, split) goes."""
+        return self.sizes[(task, split)] * len(SPLITS) + SPLITS.index(split)
+
+    def write(
+        self,
+        task: str,
+        split: str,
+        example: dict,
+        messages_canonical: bytes | None = None,
+    ) -> int:
+        """Write one example (id, task, family, source_id, messages); ``messages_canonical`` is
+        ``canonical_bytes(example["messages"])`` when the caller has it. The line is the example's
+        canonical JSON either way. Returns the line's length in bytes."""
+        if messages_canonical is None or example.keys() != _EXAMPLE_KEYS:
+            line = canonical_bytes(example)
+        else:
+            line = b"".join(
+                (
+                    b'{"family":',
+                    canonical_bytes(example["family"]),
+                    b',"id":',
+                    canonical_bytes(example["id"]),
+                    b',"messages":',
+                    messages_canonical,
+                    b',"source_id":',
+                    canonical_bytes(example["source_id"]),
+                    b',"task":',
+                    canonical_bytes(example["task"]),
+                    b"}",
+                )
+            )
+        self.handles[(task, split)].write(line + b"\n")
+        self.sizes[(task, split)] += len(line) + 1
+        return len(line) + 1
+
+    def read(self, task: str, ref: int) -> dict:
+        """The example written at ``ref``."""
+        offset, which = divmod(ref, len(SPLITS))
+        key = (task, SPLITS[which])
+        self.handles[key].flush()
+        fh = self.readers.get(key)
+        if fh is None:
+            fh = self.readers[key] = open(self.root / task / f"{key[1]}.jsonl", "rb")
+        fh.seek(offset)
+        return json.loads(fh.readline())
 
     def close(self) -> None:
-        for h in self.handles.values():
+        for h in (*self.handles.values(), *self.readers.values()):
             h.close()
+
+
+_EXAMPLE_KEYS = frozenset(("id", "task", "family", "source_id", "messages"))
 
 
 def split_of(family: str, group_id: str, heldout: set[str], cfg: BuildConfig) -> str:
@@ -158,7 +211,12 @@ class Builder:
         self.counts = StageCounts(TASKS)
         self.dedup = {
             t: Deduplicator(
-                cfg.near_dup_threshold, cfg.minhash_perm, cfg.minhash_bands, cfg.shingle_bytes, cfg.seed
+                cfg.near_dup_threshold,
+                cfg.minhash_perm,
+                cfg.minhash_bands,
+                cfg.shingle_bytes,
+                cfg.seed,
+                loader=self._loader(t),
             )
             for t in TASKS
         }
@@ -167,8 +225,16 @@ class Builder:
         self.family_split: dict[str, dict[str, str]] = {"workflow_families": {}, "case_families": {}}
 
     # -- shared steps ----------------------------------------------------------------------------
+    def _loader(self, task: str):
+        """Messages of a kept example of ``task``, read back from its spool (for the deduplicator)."""
+        return lambda ref: self.spool.read(task, ref)["messages"]
+
     def _open_outputs(self) -> None:
+        import datasets
+
+        datasets.disable_progress_bars()
         self.spool = SplitWriter(self.out / "jsonl", TASKS)
+        self.datasets = {t: DatasetDictWriter(self.out / t) for t in TASKS}
         self.rejects = open(self.out / "rejects.jsonl", "w", encoding="utf-8", newline="\n")
         self.filtered = open(self.out / "filtered.jsonl", "w", encoding="utf-8", newline="\n")
 
@@ -191,7 +257,10 @@ class Builder:
     def _emit(
         self, task: str, example_id: str, source_id: str, family: str, split: str, messages: list[dict]
     ) -> None:
-        dup = self.dedup[task].check(example_id, messages)
+        canonical = canonical_chat(messages)
+        dup = self.dedup[task].check(
+            example_id, messages, canonical=canonical, ref=self.spool.ref(task, split)
+        )
         if dup is not None:
             kind, first = dup
             self.filtered.write(
@@ -209,18 +278,21 @@ class Builder:
             self.counts.record(task, "deduplicated", kind)
             return
         self.counts.kept(task, split)
-        self.spool.write(
-            task,
-            split,
-            {"id": example_id, "task": task, "family": family, "source_id": source_id, "messages": messages},
-        )
+        example = {
+            "id": example_id,
+            "task": task,
+            "family": family,
+            "source_id": source_id,
+            "messages": messages,
+        }
+        self.datasets[task].add(split, example, self.spool.write(task, split, example, canonical))
 
     # -- runs --------------------------------------------------------------------------------------
     def add_runs(self, files: list[Path]) -> None:
-        seen: dict[str, str] = {}
+        seen: dict[str, int] = {}  # run id -> file index << 32 | line (compact: one entry per run)
         heldout = set(self.cfg.heldout_families)
         bar = tqdm(total=None, desc="runs", unit="run", disable=not self.progress, file=sys.stderr)
-        for path in files:
+        for file_index, path in enumerate(files):
             for lineno, value in iter_jsonl(path):
                 bar.update(1)
                 item = value if isinstance(value, LineError) else None
@@ -244,21 +316,21 @@ class Builder:
                         },
                     )
                     continue
-                where = f"{path}:{lineno}"
-                if run.run_id in seen:
+                first = seen.get(run.run_id)
+                if first is not None:
                     self._reject(
                         RUN_TASKS,
                         {
                             "file": str(path),
                             "line": lineno,
                             "field": "run_id",
-                            "problem": f"duplicate run id (first at {seen[run.run_id]})",
+                            "problem": f"duplicate run id (first at {files[first >> 32]}:{first & 0xFFFFFFFF})",
                             "reason": "duplicate_run_id",
                             "run_id": run.run_id,
                         },
                     )
                     continue
-                seen[run.run_id] = where
+                seen[run.run_id] = file_index << 32 | lineno
                 integrity = verify_run(run)
                 if integrity is not None:
                     self._reject(
@@ -344,13 +416,16 @@ class Builder:
         fingerprints = {}
         for task in TASKS:
             fingerprints[task] = {s: sha256_file(self.out / "jsonl" / task / f"{s}.jsonl") for s in SPLITS}
-            save_dataset_dict(self.out / "jsonl" / task, self.out / task)
+            self.datasets[task].close(fingerprints[task])
             self._write_preview(task)
+        (self.out / "sanitizer_report.json").write_text(
+            json.dumps(self.stats.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
         manifest = build_manifest(
             stage="build",
             config=self.cfg.to_dict(),
             inputs=inputs,
-            outputs=file_digests(self.out),
+            outputs=file_digests(self.out),  # every output but the manifest itself, hashed once
             counts=self.counts.to_dict(),
             extra={
                 "build_version": BUILD_VERSION,
@@ -362,10 +437,6 @@ class Builder:
                 "problems": self.problems.items,
             },
         )
-        (self.out / "sanitizer_report.json").write_text(
-            json.dumps(self.stats.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
-        manifest["outputs"] = file_digests(self.out)
         write_manifest(self.out, manifest)
         return manifest
 
@@ -399,32 +470,93 @@ def _features():
     )
 
 
-def save_dataset_dict(spool_dir: Path, target: Path) -> None:
-    """Spools -> a DatasetDict on disk (train, validation, heldout), built through Arrow in batches."""
-    import datasets
+ARROW_BATCH_ROWS = 256
+ARROW_BATCH_BYTES = 1 << 20
+DATA_FILE = "data-00000-of-00001.arrow"
 
-    datasets.disable_progress_bars()
-    features = _features()
-    with tempfile.TemporaryDirectory(dir=target.parent) as cache:
-        parts = {}
-        for split in SPLITS:
-            path = spool_dir / f"{split}.jsonl"
-            if path.stat().st_size == 0:
-                parts[split] = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
-            else:
-                parts[split] = datasets.Dataset.from_json(
-                    str(path), features=features, cache_dir=cache, keep_in_memory=False
-                )
-        dd = datasets.DatasetDict(parts)
+
+class DatasetDictWriter:
+    """One DatasetDict on disk, in the layout of ``DatasetDict.save_to_disk`` (``datasets.load_from_disk``
+    reads it), written as examples come: per split an Arrow file fed in record batches of at most
+    ``ARROW_BATCH_ROWS`` rows or ``ARROW_BATCH_BYTES`` bytes of JSONL, so memory does not grow with
+    the split. An empty split is a data file with the schema and no rows: it loads as an empty Dataset
+    with the same columns."""
+
+    def __init__(self, target: Path):
+        from datasets.arrow_writer import ArrowWriter
+
+        self.target = target
+        self.features = _features()
+        self.columns = list(self.features)
         if target.exists():
             shutil.rmtree(target)
-        dd.save_to_disk(str(target))
+        self.writers = {}
         for split in SPLITS:
-            state = target / split / "state.json"
-            # datasets records a random-looking fingerprint of the temporary cache; pin it to content.
-            info = json.loads(state.read_text())
-            info["_fingerprint"] = sha256_file(spool_dir / f"{split}.jsonl")[7:23]
-            state.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+            (target / split).mkdir(parents=True)
+            self.writers[split] = ArrowWriter(features=self.features, path=str(target / split / DATA_FILE))
+        self.rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
+        self.size = dict.fromkeys(SPLITS, 0)
+
+    def add(self, split: str, example: dict, nbytes: int) -> None:
+        """``example`` as written to the split's JSONL, in a line of ``nbytes`` bytes."""
+        rows = self.rows[split]
+        rows.append(example)
+        self.size[split] += nbytes
+        if len(rows) >= ARROW_BATCH_ROWS or self.size[split] >= ARROW_BATCH_BYTES:
+            self._flush(split)
+
+    def _flush(self, split: str) -> None:
+        rows = self.rows[split]
+        if rows:
+            self.writers[split].write_batch({c: [r[c] for r in rows] for c in self.columns})
+            self.rows[split] = []
+        self.size[split] = 0
+
+    def close(self, spool_digests: dict[str, str]) -> None:
+        """Finish every split; ``spool_digests``: the sha256 of each split's JSONL (the fingerprint)."""
+        import datasets
+        from datasets.splits import SplitDict, SplitInfo
+        from datasets.utils.py_utils import asdict
+
+        for split in SPLITS:
+            self._flush(split)
+            writer = self.writers[split]
+            try:
+                num_examples, num_bytes = writer.finalize()
+            finally:
+                writer.close()
+            state = {
+                "_data_files": [{"filename": DATA_FILE}],
+                # pinned to the content (datasets would record a random-looking fingerprint)
+                "_fingerprint": spool_digests[split][7:23],
+                "_format_columns": None,
+                "_format_kwargs": {},
+                "_format_type": None,
+                "_output_all_columns": False,
+                "_split": split,
+            }
+            (self.target / split / "state.json").write_text(
+                json.dumps(state, indent=2, sort_keys=True) + "\n"
+            )
+            splits = SplitDict()
+            splits.add(SplitInfo(name=split, num_bytes=num_bytes, num_examples=num_examples))
+            info = asdict(datasets.DatasetInfo(features=self.features, splits=splits, dataset_size=num_bytes))
+            (self.target / split / "dataset_info.json").write_text(
+                json.dumps({k: info[k] for k in sorted(info)}, indent=2) + "\n"
+            )
+        (self.target / "dataset_dict.json").write_text(json.dumps({"splits": list(SPLITS)}))
+
+
+def save_dataset_dict(spool_dir: Path, target: Path) -> None:
+    """Spools (``train.jsonl``, ``validation.jsonl``, ``heldout.jsonl``) -> a DatasetDict on disk, the
+    same bytes the build writes while it runs (see ``DatasetDictWriter``)."""
+    out = DatasetDictWriter(target)
+    for split in SPLITS:
+        with open(spool_dir / f"{split}.jsonl", "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    out.add(split, json.loads(line), len(line))
+    out.close({split: sha256_file(spool_dir / f"{split}.jsonl") for split in SPLITS})
 
 
 def build(

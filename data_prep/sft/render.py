@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import c_make_encoder, encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,21 @@ MEMORY_FIELDS = (
 REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+# The C encoder behind _COMPACT.encode, made once (``json.dumps`` with options builds an encoder per
+# call, which costs more than encoding a small value); same output.
+_C_COMPACT = (
+    c_make_encoder(None, _COMPACT.default, encode_basestring, None, ": ", ", ", True, False, True)
+    if c_make_encoder is not None
+    else None
+)
+
+
 def compact(value: Any) -> str:
     """One-line JSON with sorted keys: the form of every structured value in prompts and answers."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+    if _C_COMPACT is None or type(value) is str:
+        return _COMPACT.encode(value)
+    return "".join(_C_COMPACT(value, 0))
 
 
 class Prompts:

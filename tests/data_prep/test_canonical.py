@@ -121,3 +121,48 @@ def test_canonical_roundtrip_is_fixed_point(value):
 @given(st.floats(allow_nan=False, allow_infinity=False) | st.floats(min_value=1e-5, max_value=1e17))
 def test_float_fast_path_matches_ecmascript_formatting(x):
     assert canonical_bytes({"amount": x, "n": [x, -x]}) == rfc8785.dumps({"amount": x, "n": [x, -x]})
+
+
+@pytest.mark.parametrize(
+    "value,path",
+    [
+        ({"a": 2**53}, "$.a"),
+        ({"a": [1, -(2**53)]}, "$.a[1]"),
+        ([{"k": {"n": 2**60}}], "$[0].k.n"),
+    ],
+)
+def test_canonical_refuses_unsafe_integers_with_path(value, path):
+    with pytest.raises(StrictJSONError) as err:
+        canonical_bytes(value)
+    assert err.value.path == path
+
+
+def test_strict_parse_reports_the_first_violation_path_after_fast_attempt():
+    # the fast parse only notices that something is wrong; the slow one names where
+    text = '{"ok": [1, 2], "deep": {"list": [{"a": 1}, {"b": 1, "b": 2}]}}'
+    with pytest.raises(StrictJSONError) as err:
+        loads_strict(text)
+    assert err.value.path == "$.deep.list[1].b"
+    assert loads_strict(b'{"a": {"b": [1.5, "x", null, true]}}') == {"a": {"b": [1.5, "x", None, True]}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=20)}
+        )
+        | st.dictionaries(st.sampled_from(["role", "content", "name"]), json_values, max_size=3),
+        max_size=4,
+    )
+)
+def test_canonical_chat_equals_canonical_bytes(messages):
+    from data_prep.canonical import canonical_chat
+
+    try:
+        want = canonical_bytes(messages)
+    except StrictJSONError:
+        with pytest.raises(StrictJSONError):
+            canonical_chat(messages)
+        return
+    assert canonical_chat(messages) == want

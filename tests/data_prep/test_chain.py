@@ -166,3 +166,39 @@ def test_record_fast_digest_equals_generic_digest(rec):
     except ValueError:
         return
     assert record_digest(rec) == want
+
+
+_texts = st.text(alphabet=st.characters(exclude_categories=("Cs",))) | st.text()
+
+
+@settings(max_examples=300, deadline=None)
+@given(run_id=_texts, head_digest=_texts, count=st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1))
+def test_genesis_and_head_seal_fast_paths_equal_generic_digest(run_id, head_digest, count):
+    from data_prep.canonical import digest
+    from data_prep.chain import GENESIS_DOMAIN, HEAD_DOMAIN, genesis_digest, head_seal
+
+    try:
+        want = digest(GENESIS_DOMAIN, {"run_id": run_id})
+    except ValueError:
+        with pytest.raises(ValueError):
+            genesis_digest(run_id)
+    else:
+        assert genesis_digest(run_id) == want
+    try:
+        want = digest(HEAD_DOMAIN, {"run_id": run_id, "count": count, "head_digest": head_digest})
+    except ValueError:
+        with pytest.raises(ValueError):
+            head_seal(run_id, count, head_digest)
+    else:
+        assert head_seal(run_id, count, head_digest) == want
+
+
+def test_checked_record_digest_refuses_lone_surrogates_like_the_generic_path():
+    from data_prep.chain import _record_digest_checked
+
+    rec = seal_ledger("r", _calls(2))["records"][1]
+    rec["call_id"] = "c\ud800"
+    with pytest.raises(ValueError):
+        _record_digest_checked(rec)
+    with pytest.raises(ValueError):
+        record_digest(rec)

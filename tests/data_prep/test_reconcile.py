@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from runfactory import calls, make_run
 
 from data_prep.assemble import faithful_entry
@@ -126,3 +128,43 @@ def test_not_evaluable_without_log_or_with_broken_chain():
 def test_empty_run_is_clean():
     rec = reconcile(make_run(call_list=[], ledger=[]))
     assert rec.verdict.label == "clean" and rec.content_agreement == 1.0
+
+
+def _names_values_by_the_list(description, arguments):
+    from data_prep.reconcile import salient_values
+
+    text = description.casefold()
+    return all(
+        any(form in description or form.casefold() in text for form in forms)
+        for forms in salient_values(arguments)
+    )
+
+
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**7), max_value=10**7)
+    | st.floats(allow_nan=False, allow_infinity=False, min_value=-1e7, max_value=1e7)
+    | st.sampled_from(["V-118", "ß", "STRASSE", "a b", "INV-2041", "x" * 60, "\u00e9t\u00e9", "K\u212a"])
+    | st.text(max_size=8)
+)
+_arguments = st.recursive(
+    _leaves,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(arguments=_arguments, data=st.data())
+def test_description_check_equals_the_salient_value_list(arguments, data):
+    from data_prep.reconcile import description_names_values, salient_values
+
+    # descriptions made of some of the accepted spellings (and noise), so both outcomes occur
+    forms = [f for fs in salient_values(arguments) for f in fs]
+    picked = data.draw(st.lists(st.sampled_from(forms), max_size=len(forms)) if forms else st.just([]))
+    noise = data.draw(st.text(max_size=6))
+    for description in (" ".join(picked) + noise, (" ".join(picked)).upper(), noise):
+        assert description_names_values(description, arguments) == _names_values_by_the_list(
+            description, arguments
+        )

@@ -2,6 +2,8 @@ import json
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from runfactory import run_dict
 
 from data_prep.records import LineError, Run, iter_runs, load_schema, write_jsonl
@@ -80,3 +82,78 @@ def test_huge_line_is_refused_without_reading_it_whole(tmp_path):
     out = list(iter_jsonl(p, max_line_bytes=1000))
     assert "longer than" in out[0][1].problem
     assert out[1] == (2, {"b": 1})
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+_junk = st.sampled_from(
+    [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        7,
+        101,
+        2.5,
+        "",
+        "x",
+        "function",
+        "succeeded",
+        "clean",
+        "omitted",
+        [],
+        ["a"],
+        [1],
+        {},
+    ]
+) | st.dictionaries(
+    st.sampled_from(["type", "call_id", "name", "x"]), st.sampled_from([None, "a", 1]), max_size=2
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(data=st.data())
+def test_fast_loader_agrees_with_checked_loader_on_mutated_runs(data):
+    from data_prep.records import _fast_run
+
+    d = run_dict()
+    if data.draw(st.booleans(), label="with_writer_errors"):
+        d["labels"]["writer_errors"] = [{"type": "omitted", "call_id": "c2"}]
+    if data.draw(st.booleans(), label="with_hidden"):
+        d["metadata"]["hidden_identifiers"] = ["H-1"]
+    paths = [p for p in _paths(d) if p]
+    for _ in range(data.draw(st.integers(min_value=1, max_value=2), label="n")):
+        path = data.draw(st.sampled_from(paths), label="path")
+        parent = d
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            action = data.draw(st.sampled_from(["set", "delete", "extra"]), label="action")
+            if action == "set":
+                parent[path[-1]] = data.draw(_junk, label="value")
+            elif action == "delete":
+                del parent[path[-1]]
+            elif isinstance(parent, dict):
+                parent["unexpected"] = 1
+        except (KeyError, IndexError, TypeError):
+            continue
+    fast = _fast_run(d)
+    try:
+        checked = Run._from_dict_checked(d)
+    except Exception as exc:  # the checked path refuses: the fast path must not have accepted
+        assert fast is None, exc
+        with pytest.raises(type(exc)) as err:
+            Run.from_dict(d)
+        assert str(err.value) == str(exc)
+        return
+    assert fast is None or fast == checked
+    assert Run.from_dict(d) == checked

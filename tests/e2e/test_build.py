@@ -162,6 +162,43 @@ def test_datasetdicts_load(built):
     assert set(dd) == set(SPLITS)
     assert len(dd["train"]) == manifest["counts"]["writer_action"]["kept"]["by_reason"]["train"]
     assert dd["train"][0]["messages"][0]["role"] == "system"
+    for task in TASKS:
+        dd = load_from_disk(str(out / task))
+        kept = manifest["counts"][task]["kept"]["by_reason"]
+        for split in SPLITS:
+            assert len(dd[split]) == kept.get(split, 0), (task, split)
+            assert dd[split].column_names == ["id", "task", "family", "source_id", "messages"]
+            assert dd[split][:3] == {
+                k: [r[k] for r in rows(out, task, split)[:3]] for k in dd[split].column_names
+            }
+
+
+def test_datasetdicts_equal_a_save_from_the_spools(built, tmp_path):
+    """The build writes Arrow while it runs; saving from the finished JSONL spools gives the same bytes."""
+    from data_prep.sft.pipeline import save_dataset_dict
+
+    out, _ = built
+
+    def files(root):
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    for task in TASKS:
+        save_dataset_dict(out / "jsonl" / task, tmp_path / task)
+        assert files(tmp_path / task) == files(out / task), task
+
+
+def test_empty_tasks_and_splits_load(tmp_path):
+    """A corpus without policy cases: the policy tasks' DatasetDicts are empty and still load."""
+    from datasets import load_from_disk
+
+    corpus = tmp_path / "corpus"
+    generate_corpus(SynthConfig(runs=12, policy_cases=0, seed=5), corpus)
+    manifest = build(corpus, tmp_path / "out", load_build_config(CONFIG), progress=False)
+    for task in ("writer_memory", "reader_policy"):
+        assert manifest["counts"][task]["input"] == 0
+        dd = load_from_disk(str(tmp_path / "out" / task))
+        assert {s: len(dd[s]) for s in SPLITS} == dict.fromkeys(SPLITS, 0)
+        assert dd["train"].column_names == ["id", "task", "family", "source_id", "messages"]
 
 
 def test_bad_input_builds_what_it_can(corpus, tmp_path):

@@ -262,10 +262,7 @@ def test_memory_errors_agree_with_the_synthetic_teachers_labels():
 
     n_err = 0
     for case in policy_cases(60, seed=5):
-        want = sorted(
-            (e["type"], e["authorization_ref"])
-            for e in case["teacher"]["memory_errors"]
-        )
+        want = sorted((e["type"], e["authorization_ref"]) for e in case["teacher"]["memory_errors"])
         got = sorted(
             (e["type"], e["authorization_ref"]) for e in score_memory(case["teacher"]["memory"], case)
         )
