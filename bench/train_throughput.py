@@ -71,8 +71,8 @@ def cpu_bench(args) -> dict:
     _setup_logging()
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = load_preset(args.config) if args.config else parse_config("writer", [])
-    cfg = dataclasses.replace(cfg, role="writer", task=args.task).resolved()
+    cfg = load_preset(args.config) if args.config else parse_config(args.role, [])
+    cfg = dataclasses.replace(cfg, role=args.role, task=args.task).resolved()
     cfg.max_length = args.max_length or cfg.max_length
     cfg.eval_steps = None
     cfg.parse_check_examples = 0
@@ -110,6 +110,7 @@ def cpu_bench(args) -> dict:
         "kind": "cpu",
         "date": datetime.date.today().isoformat(),
         "data_dir": str(sft_dir),
+        "role": cfg.role,
         "task": cfg.task,
         "examples": len(rows),
         "mean_example_tokens": round(mean_len, 1),
@@ -278,7 +279,7 @@ def write_markdown(res: dict, path: Path, notes: str = "") -> None:
         "Command: `python bench/train_throughput.py " + " ".join(sys.argv[1:]) + "`",
         "",
         f"Tiny default (QLoRA through bitsandbytes 4-bit, fp32 compute, attention "
-        f"`{r['attn_implementation']}`), {r['examples']} `{r['task']}` writer examples (mean "
+        f"`{r['attn_implementation']}`), {r['examples']} `{r['task']}` {r.get('role', 'writer')} examples (mean "
         f"{r['mean_example_tokens']} tokens, longest {r['longest_example_tokens']}), max_length {r['max_length']}. "
         f"Packed: {r['packed_rows_per_step']} best-fit-decreasing row(s) of up to {r['max_length']} tokens per "
         "step, padding-free (position_ids restart per example). Padded-N: N examples per step, padded to the "
@@ -330,7 +331,12 @@ def main(argv=None) -> int:
         default=None,
         help="examples per padded step, one or more (default: as many tokens as a packed step)",
     )
-    ap.add_argument("--task", default="action", help="writer task: action, memory or both")
+    ap.add_argument("--role", default="writer", choices=["writer", "reader"], help="which recipe's data")
+    ap.add_argument(
+        "--task",
+        default=None,
+        help="writer: action | memory | both; reader: verdict | policy | both (default: the role's)",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--notes", default="", help="a paragraph added to the markdown results")
     ap.add_argument("--out", help="markdown results file (CPU mode)")

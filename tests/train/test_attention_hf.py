@@ -16,6 +16,7 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AttentionInterface, Gemma3ForCausalLM, Gemma3TextConfig  # noqa: E402
 from transformers.masking_utils import (  # noqa: E402
     AttentionMaskInterface,
+    flash_attention_mask,
     sdpa_mask,
     sliding_window_causal_mask_function,
 )
@@ -120,7 +121,9 @@ def test_register_is_idempotent_and_covers_both_interfaces():
     attention.register()
     for name in (attention.GLOBAL_NAME, attention.ALL_LAYERS_NAME):
         assert name in AttentionInterface._global_mapping
-        assert AttentionMaskInterface._global_mapping[name] is sdpa_mask
+    # the global-only mode's sdpa sliding layers need 4-D masks; the all-kernel mode needs none
+    assert AttentionMaskInterface._global_mapping[attention.GLOBAL_NAME] is sdpa_mask
+    assert AttentionMaskInterface._global_mapping[attention.ALL_LAYERS_NAME] is flash_attention_mask
     assert AttentionInterface._global_mapping["blockwise_fp32_global"] is (
         attention.blockwise_fp32_global_attention_forward
     )
@@ -188,8 +191,9 @@ def _packed_batch(lengths=(11, 17, 9), seed=4):
     return seqs, ids, pos, cu, labels
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("with_cu_kwargs", [False, True])
-def test_packing_matches_eager_and_separate_sequences(with_cu_kwargs, kernel_calls):
+def test_packing_matches_eager_and_separate_sequences(with_cu_kwargs, impl, kernel_calls):
     seqs, ids, pos, cu, labels = _packed_batch()
     extra = {}
     if with_cu_kwargs:  # what TRL's padding-free collator passes along with position_ids
@@ -197,12 +201,12 @@ def test_packing_matches_eager_and_separate_sequences(with_cu_kwargs, kernel_cal
         extra = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=n, max_length_k=n)
     logits_ref, loss_ref, grads_ref = loss_and_grads("eager", ids, labels, position_ids=pos)
     kernel_calls.clear()
-    logits, loss, grads = loss_and_grads("blockwise_fp32_global", ids, labels, position_ids=pos, **extra)
+    logits, loss, grads = loss_and_grads(impl, ids, labels, position_ids=pos, **extra)
     assert rel(logits, logits_ref) < LOGIT_TOL
     assert_grads_match(grads, grads_ref)
     plans = [c["plan"] for c in kernel_calls if "plan" in c]
     assert plans and set(plans) == {"packed"}, plans  # structured cu_seqlens, never the dense fallback
-    m = model("blockwise_fp32_global")  # ground truth: each sequence on its own, no LoRA
+    m = model(impl)  # ground truth: each sequence on its own, no LoRA
     with torch.no_grad():
         packed = m(input_ids=ids, position_ids=pos, use_cache=False, **extra).logits
         for s, a in zip(seqs, cu.tolist()):
