@@ -1,7 +1,7 @@
 """Evaluation metrics: monitor ROC figures, thresholds from honest runs, bootstrap intervals, and the
 EAL-style policy rates with their own denominators.
 
-Conventions (see /work/shared/notes/field-facts.md):
+Conventions (the field notes on metric conventions):
 
 - A monitor gives a suspicion score per item; higher means more suspicious. An item is flagged when
   its score is strictly above the threshold.
