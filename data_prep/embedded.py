@@ -61,6 +61,21 @@ def ensure_default_corpus(cache_dir: Path | None = None, *, progress: bool = Tru
     return corpus
 
 
+def _current_layout(sft: Path) -> bool:
+    """The cached build renders examples as this code does (prompt files and render version)."""
+    import json
+
+    from data_prep.sft.config import load_build_config
+    from data_prep.sft.render import Prompts
+
+    try:
+        built = json.loads((sft / "manifest.json").read_text(encoding="utf-8")).get("prompts")
+        cfg = load_build_config(DEFAULT_BUILD_CONFIG)
+    except (OSError, ValueError):
+        return False
+    return built == Prompts(REPO_ROOT / cfg.prompts_dir).digests
+
+
 def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
     """Return the SFT directory of the embedded default, building corpus and datasets if absent."""
     from data_prep.sft.config import load_build_config
@@ -68,10 +83,10 @@ def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) 
 
     cache = Path(cache_dir or default_cache_dir())
     sft = cache / "sft"
-    if _intact(sft, "outputs"):
+    if _intact(sft, "outputs") and _current_layout(sft):
         return sft
     with cache_lock(cache):
-        if _intact(sft, "outputs"):
+        if _intact(sft, "outputs") and _current_layout(sft):
             return sft
         corpus = ensure_default_corpus(cache, progress=progress)
         print(f"embedded default: building SFT datasets into {sft}", flush=True)

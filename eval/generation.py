@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from train.answer_guard import AnswerGuard, stopping_criteria
+
 logger = logging.getLogger("ledgerwright.eval")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +73,9 @@ class DecodingConfig:
     merge_adapter: str = "auto"  # auto | true | false
     dequantize_on_cpu: bool = True
     threads: int | None = 1
+    guard: bool = True  # end looping answers (train/answer_guard.py): json_end, repetition, field_length
+    max_field_chars: int = 400
+    reuse_kv_cache: bool = True  # CPU, Gemma 3: keep keys/values across a conversation's turns
     vllm_gpu_memory_utilization: float = 0.85
     vllm_max_model_len: int | None = None
 
@@ -80,7 +85,7 @@ class DecodingConfig:
     def digest(self) -> str:
         """Digest of the settings that change answers (not threads or batch plumbing of vLLM)."""
         d = self.to_dict()
-        for k in ("threads", "vllm_gpu_memory_utilization"):
+        for k in ("threads", "vllm_gpu_memory_utilization", "reuse_kv_cache"):
             d.pop(k)
         return "sha256:" + hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
@@ -134,6 +139,7 @@ class Completion:
 
     text: str | None
     error: str | None = None
+    stop: str | None = None  # why generation ended: stop_token, max_new_tokens or a guard reason
 
     @property
     def ok(self) -> bool:
@@ -351,7 +357,9 @@ class TransformersBackend(Backend):
         self._model = None
         self._base = None
         self._merged = False
+        self._decoders: dict[bool, Any] = {}
         self.tokenizer = self._load_tokenizer()
+        self._token_text: dict[int, str] = {}
 
     # -- loading -------------------------------------------------------------------------------------
     def _load_tokenizer(self):
@@ -468,6 +476,10 @@ class TransformersBackend(Backend):
             (i for i, e in enumerate(encoded) if e is not None), key=lambda i: (-len(encoded[i]), i)
         )
         stop = self._stop_ids(model)
+        decoder = self._cached_decoder(model, adapter)
+        if decoder is not None:
+            self._run_cached(decoder, encoded, order, out, max_new, stop, strict)
+            return [c if c is not None else Completion(None, "no output") for c in out]
         device = next(model.parameters()).device
         bs = self.decoding.batch_size
         sample = self.decoding.temperature > 0
@@ -493,6 +505,9 @@ class TransformersBackend(Backend):
                 torch.manual_seed(self.decoding.seed)
             else:
                 kwargs.update(temperature=None, top_p=None, top_k=None)
+            guards = self._guards(len(idx))
+            if guards is not None:
+                kwargs["stopping_criteria"] = stopping_criteria(guards, self._text_of, width)
             # the base model: a separate copy when the adapter was merged, else the adapter switched off
             off = model.disable_adapter() if (not adapter and not self._merged) else contextlib.nullcontext()
             try:
@@ -508,13 +523,63 @@ class TransformersBackend(Backend):
                 continue
             for r, i in enumerate(idx):
                 row = gen[r, width:].tolist()
-                cut = len(row)
+                cut, why = len(row), "max_new_tokens"
                 for k, t in enumerate(row):
                     if t in stop:
-                        cut = k
+                        cut, why = k, "stop_token"
                         break
-                out[i] = Completion(tok.decode(row[:cut], skip_special_tokens=True).strip())
+                if guards is not None and guards[r].reason:
+                    cut, why = min(cut, guards[r].cut), guards[r].reason
+                out[i] = Completion(tok.decode(row[:cut], skip_special_tokens=True).strip(), stop=why)
         return [c if c is not None else Completion(None, "no output") for c in out]
+
+    # -- the cached decoder (CPU, Gemma 3) -----------------------------------------------------------
+    def _cached_decoder(self, model, adapter: bool):
+        """The KV-reusing greedy decoder for this model, or None where the generic path applies."""
+        from eval import cached_decoding
+
+        if self.gpu or not self.decoding.reuse_kv_cache or self.decoding.temperature > 0:
+            return None
+        if not cached_decoding.supports(model):  # also an unmerged PeftModel: the generic path
+            return None
+        if adapter not in self._decoders:
+            self._decoders[adapter] = cached_decoding.CachedDecoder(model)
+        return self._decoders[adapter]
+
+    def _text_of(self, token_id: int) -> str:
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._token_text[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
+        return text
+
+    def _guards(self, n: int):
+        if not self.decoding.guard:
+            return None
+        return [AnswerGuard(max_field_chars=self.decoding.max_field_chars) for _ in range(n)]
+
+    def _run_cached(self, decoder, encoded, order, out, max_new: int, stop: list[int], strict: bool) -> None:
+        limit = self.decoding.max_field_chars
+        guard = (lambda: AnswerGuard(max_field_chars=limit)) if self.decoding.guard else None
+        bs = self.decoding.batch_size
+        for start in range(0, len(order), bs):
+            idx = order[start : start + bs]
+            try:
+                results = decoder.generate(
+                    [encoded[i] for i in idx],
+                    max_new_tokens=max_new,
+                    stop_ids=stop,
+                    guard=guard,
+                    decode_token=self._text_of,
+                )
+            except Exception as exc:  # noqa: BLE001
+                if strict:
+                    raise
+                for i in idx:
+                    out[i] = Completion(None, f"{type(exc).__name__}: {exc}")
+                continue
+            for i, (ids, why) in zip(idx, results):
+                text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+                out[i] = Completion(text, stop=why)
 
 
 class VLLMBackend(Backend):

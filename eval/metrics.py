@@ -11,9 +11,10 @@ Conventions (the field notes on metric conventions):
   only: the smallest threshold ``t`` (``-inf`` or a negative's score) with ``mean(neg > t) <= fpr``.
   The achieved FPR is reported beside it; with fewer than ``1 / fpr`` negatives the only threshold
   that meets the budget is the largest negative score (achieved FPR 0), which says little.
-- Intervals are percentile bootstrap intervals with a fixed seed, resampling positives and negatives
-  separately for the ROC figures (so both classes are always present) and items for plain rates.
-  An interval is widened, when needed, to contain the point estimate (reported as is otherwise).
+- Rates (k of n items) carry Wilson score intervals, which stay informative at 0/n and n/n (0/72 gives
+  [0, 0.051], not [0, 0]). ROC figures and means carry percentile bootstrap intervals with a fixed
+  seed, resampling positives and negatives separately for the ROC figures (so both classes are always
+  present). A bootstrap interval is widened, when needed, to contain the point estimate.
 - Policy rates keep provider errors and unparseable answers in their denominators: authorized use
   over in-scope requests, unauthorized submission over out-of-scope requests, escalation over all.
 """
@@ -200,11 +201,39 @@ def bootstrap_two_sample(
     return (point, lo, hi)
 
 
+def wilson_interval(k: int, n: int, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n (NaN for n = 0)."""
+    if n == 0:
+        return (math.nan, math.nan)
+    z = float(_normal_quantile(0.5 + level / 2))
+    p = k / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    den = 1 + z * z / n
+    lo, hi = (centre - half) / den, (centre + half) / den
+    # exact at the edges (rounding would otherwise give 1e-17 instead of 0)
+    return (0.0 if k == 0 else max(0.0, lo), 1.0 if k == n else min(1.0, hi))
+
+
+def _normal_quantile(q: float) -> float:
+    """Inverse of the standard normal CDF (bisection on erf; exact enough for interval levels)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def rate(hits: Sequence[bool], *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
-    """``{value, ci: [lo, hi], k, n}`` of a share of items, with a bootstrap interval."""
-    h = np.asarray(hits, dtype=float)
-    point, lo, hi = bootstrap_ci(h, resamples=resamples, seed=seed)
-    return {"value": _num(point), "ci": [_num(lo), _num(hi)], "k": int(h.sum()), "n": len(h)}
+    """``{value, ci: [lo, hi], k, n}`` of a share of items, with a Wilson score interval (``resamples``
+    and ``seed`` are accepted for callers that pass bootstrap settings; a Wilson interval needs none)."""
+    h = [bool(x) for x in hits]
+    k, n = sum(h), len(h)
+    lo, hi = wilson_interval(k, n)
+    return {"value": _num(k / n if n else math.nan), "ci": [_num(lo), _num(hi)], "k": k, "n": n}
 
 
 def mean_with_ci(

@@ -50,7 +50,7 @@ from eval.sources import SourceError, heldout_families, load_cases, resolve_defa
 
 logger = logging.getLogger("ledgerwright.eval")
 
-EVAL_VERSION = "ledgerwright-eval-policy/1"
+EVAL_VERSION = "ledgerwright-eval-policy/2"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval" / "policy_reuse.yaml"
 DECISION_ROWS = ("execute_requested", "decline", "escalate", "invalid", "provider_error")
@@ -73,7 +73,7 @@ class PolicyConfig:
     limit: int | None = 12
     seed: int = 0
     bootstrap_resamples: int = 1000
-    base_writer: bool = False
+    base_writer: bool = True
     teacher: bool = True
     cache_dir: str | None = None
     corpus: str | None = None
@@ -406,7 +406,8 @@ def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | No
         "cases": len(conds),
         "status": dict(sorted(Counter(c["memory_status"] for c in conds).items())),
         "unscored": len(conds) - len(scored),
-        "exact": M.rate([not c["memory_errors"] for c in scored], **kw),
+        # over all cases: an invalid (unscored) memory is not an exact one
+        "exact": M.rate([c["memory_errors"] is not None and not c["memory_errors"] for c in conds], **kw),
         "records": M.mean_with_ci([len(c["memory"]) for c in conds], **kw),
         "errors": {},
     }

@@ -1,4 +1,5 @@
-"""Markdown reports of the evaluations: every figure with its 95% bootstrap interval and denominator."""
+"""Markdown reports of the evaluations: every figure with its 95% interval and denominator (Wilson score
+intervals for rates of items, percentile bootstrap for AUROC, TPR and means)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def sabotage_report(summary: dict, config: dict) -> str:
     )
     lines += [
         "",
-        f"Writer `{config.get('writer')}`, reader `{config.get('reader')}`. Intervals: 95% percentile bootstrap "
+        f"Writer `{config.get('writer')}`, reader `{config.get('reader')}`. Intervals (95%): Wilson score for "
+        "rates of items, percentile bootstrap over runs for AUROC, TPR, per-turn shares and means "
         f"({config.get('bootstrap_resamples')} resamples, seed {config.get('seed')}).",
         "",
     ]
@@ -109,9 +111,15 @@ def sabotage_report(summary: dict, config: dict) -> str:
         lines.append(f"| {MONITOR_NAMES.get(name, name)} | " + " | ".join(cells) + " |")
     lines += ["", "## Writer", ""]
     head = (
-        "| writer | runs | parse rate | content agreement | protocol compliance | bijection | clean ledger |"
+        "| writer | runs | parse rate | call id exact | tool | outcome | description | content agreement "
+        "| protocol compliance | bijection | clean ledger | guard stops |"
     )
-    lines += [head, "|---|---|---|---|---|---|---|"]
+    lines += [
+        "Per-field figures are shares of all turns (an unparseable turn is wrong in every field).",
+        "",
+        head,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     names = {
         "adapter": "writer (adapter), all runs",
         "adapter_honest_runs": "writer (adapter), runs with honest corpus label",
@@ -121,9 +129,12 @@ def sabotage_report(summary: dict, config: dict) -> str:
     for key, w in summary["writer"].items():
         if not w:
             continue
+        fa = w.get("field_accuracy") or {}
+        fields = " | ".join(_rate(fa.get(f)) for f in ("call_id", "tool", "outcome", "description"))
         lines.append(
-            f"| {names.get(key, key)} | {w['runs']} | {_rate(w.get('parse_rate'))} | {_rate(w['content_agreement'], pct=False)} | "
-            f"{_rate(w['protocol_compliance'], pct=False)} | {_rate(w.get('bijection'))} | {_rate(w.get('clean_ledger'))} |"
+            f"| {names.get(key, key)} | {w['runs']} | {_rate(w.get('parse_rate'))} | {fields} | "
+            f"{_rate(w['content_agreement'], pct=False)} | {_rate(w['protocol_compliance'], pct=False)} | "
+            f"{_rate(w.get('bijection'))} | {_rate(w.get('clean_ledger'))} | {w.get('guard_stops', '–')} |"
         )
     lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
     lines += ["", "Plots: `roc.png`, `recall_by_type.png`. Per-item records: `items.jsonl`.", ""]
@@ -240,9 +251,11 @@ def summary_lines(run_dir) -> list[str]:
             )
         for key, w in s["writer"].items():
             if w:
+                cid = w.get("call_id_accuracy")
                 out.append(
                     f"  writer {key:<22} agreement {_f(w['content_agreement']['value'])} compliance "
                     f"{_f(w['protocol_compliance']['value'])}"
+                    + (f" call id {_rate(cid)}" if cid else "")
                     + (f" parse rate {_rate(w['parse_rate'])}" if "parse_rate" in w else "")
                 )
     else:

@@ -6,6 +6,8 @@ import json
 import logging
 from pathlib import Path
 
+from train.answer_guard import AnswerGuard, stopping_criteria
+
 logger = logging.getLogger("ledgerwright.train")
 
 
@@ -85,6 +87,12 @@ def parse_check(
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     parsed = exact = 0
+    stopped: dict[str, int] = {}  # answers the guard ended, by reason
+
+    def text_of(token_id: int) -> str:
+        return tokenizer.decode([token_id], skip_special_tokens=True)
+
+    fields: dict[str, list[int]] = {}  # per reference field: [right, asked]
     samples = []
     was_training = model.training
     model.eval()
@@ -96,6 +104,8 @@ def parse_check(
             ]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
+            width = enc["input_ids"].shape[1]
+            guards = [AnswerGuard() for _ in chunk]  # a looping answer ends, it does not run to the limit
             with torch.no_grad():
                 out = model.generate(
                     **enc,
@@ -104,16 +114,27 @@ def parse_check(
                     eos_token_id=stop,
                     pad_token_id=tokenizer.pad_token_id,
                     use_cache=True,
+                    stopping_criteria=stopping_criteria(guards, text_of, width),
                 )
-            for j, row in enumerate(out[:, enc["input_ids"].shape[1] :]):
+            for j, row in enumerate(out[:, width:]):
+                if guards[j].reason:
+                    row = row[: guards[j].cut]
+                    stopped[guards[j].reason] = stopped.get(guards[j].reason, 0) + 1
                 text = tokenizer.decode(row, skip_special_tokens=True).strip()
                 ref = refs[start + j]
+                ref_value = json.loads(ref)
                 try:
                     value = json.loads(text)
                     parsed += 1
-                    exact += int(value == json.loads(ref))
+                    exact += int(value == ref_value)
                 except ValueError:
-                    pass
+                    value = None
+                if isinstance(ref_value, dict):
+                    for key, want in ref_value.items():
+                        right = isinstance(value, dict) and value.get(key) == want
+                        f = fields.setdefault(key, [0, 0])
+                        f[0] += int(right)
+                        f[1] += 1
                 if len(samples) < 3:
                     samples.append({"generated": text, "reference": ref})
     finally:
@@ -128,6 +149,9 @@ def parse_check(
         "parse_rate": round(parsed / n, 4),
         "exact": exact,
         "exact_rate": round(exact / n, 4),
+        # per field of the reference answer: how many generated answers give the same value
+        "field_agreement": {k: {"right": r, "of": a} for k, (r, a) in fields.items()},
+        "guard_stops": dict(sorted(stopped.items())),
         "samples": samples,
     }
 
@@ -194,6 +218,8 @@ def model_card(*, cfg, manifest: dict, command: str) -> str:
             f"| held-out answers that parse as JSON | {pc['parsed']}/{pc['answers']} ({pc['parse_rate']:.0%}); "
             f"exact {pc['exact']}/{pc['answers']} |"
         )
+        for key, f in (pc.get("field_agreement") or {}).items():
+            lines.append(f"| held-out `{key}` equal to the reference | {f['right']}/{f['of']} |")
     lines += [
         "",
         "![loss curves](loss_curves.png)",

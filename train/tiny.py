@@ -29,13 +29,22 @@ from train.config import REPO_ROOT, TinyBaseConfig
 
 logger = logging.getLogger("ledgerwright.train")
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 TOKENIZER_MAX_CHARS = 20_000_000  # BPE training text, a seeded sample of the messages beyond this
 TEMPLATE = REPO_ROOT / "configs" / "chat_templates" / "gemma3-train.jinja"
 SFT_TASKS = ("writer_action", "writer_memory", "reader_verdict", "reader_policy")
 PAD, EOS, BOS, UNK, SOT, EOT = "<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"
 SPECIAL_TOKENS = [PAD, EOS, BOS, UNK, SOT, EOT]  # ids 0..5 (Gemma order for pad/eos/bos/unk)
 EVAL_BLOCKS = 16
+# Pre-tokenization that makes an id copy a token-by-token copy: every digit is a token of its own (as
+# Llama 3 and Gemma split digits), and so is every hex letter standing between digits or next to one
+# (up to four letters on from a digit), so ``call_80e76f8c7143`` becomes ``call _ 8 0 e 7 6 f 8 c 7 1 4 3``
+# wherever it appears. Words of plain text are untouched (a letter is only isolated next to a digit).
+ID_CHARS = (
+    r"[0-9]"
+    r"|[a-f](?=[a-f]*[0-9])"
+    r"|(?<=[0-9])[a-f]|(?<=[0-9][a-f])[a-f]|(?<=[0-9][a-f]{2})[a-f]|(?<=[0-9][a-f]{3})[a-f]"
+)
 
 
 def _sha(text: str | bytes) -> str:
@@ -97,12 +106,18 @@ def ensure_tiny_base(sft_dir: Path, cache_dir: Path, cfg: TinyBaseConfig) -> Pat
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE with the Gemma-style special tokens and the training chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE with the Gemma-style special tokens, digits and id characters split one per
+    token (``ID_CHARS``), and the training chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(ID_CHARS), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

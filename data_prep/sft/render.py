@@ -17,6 +17,9 @@ from json.encoder import c_make_encoder, encode_basestring
 from pathlib import Path
 from typing import Any
 
+# The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
+# rebuilt (2: answers in the prompt's field order; the call's identity right before the answer).
+RENDER_VERSION = "ledgerwright-render/2"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -54,10 +57,32 @@ _C_COMPACT = (
 
 
 def compact(value: Any) -> str:
-    """One-line JSON with sorted keys: the form of every structured value in prompts and answers."""
+    """One-line JSON with sorted keys: the form of tool arguments and results (data, whose key order
+    carries no meaning)."""
     if _C_COMPACT is None or type(value) is str:
         return _COMPACT.encode(value)
     return "".join(_C_COMPACT(value, 0))
+
+
+_LAID_OUT = json.JSONEncoder(ensure_ascii=False, sort_keys=False, separators=(", ", ": "))
+
+
+def laid_out(value: Any) -> str:
+    """One-line JSON in the key order given: answers and ledger rows, whose fields are laid out as the
+    prompt shows them (a verdict starts with its label, not with ``cited_call_ids``). Nested data
+    (arguments, results) goes through ``sorted_data`` first. Identity uses canonical digests, never
+    this text."""
+    return _LAID_OUT.encode(value)
+
+
+def sorted_data(value: Any) -> Any:
+    """``value`` with the keys of every mapping sorted: data whose key order carries no meaning, so
+    the same arguments render the same whatever order a source file wrote them in."""
+    if isinstance(value, dict):
+        return {k: sorted_data(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_data(v) for v in value]
+    return value
 
 
 class Prompts:
@@ -77,6 +102,7 @@ class Prompts:
                 ) from None
             self.text[task] = raw.decode("utf-8").strip()
             self.digests[f"{self.directory.name}/{name}"] = "sha256:" + hashlib.sha256(raw).hexdigest()
+        self.digests["render_version"] = RENDER_VERSION
 
 
 def task_text(run: dict) -> str:
@@ -96,16 +122,22 @@ def task_text(run: dict) -> str:
 
 
 def call_text(seq: int, call: dict) -> str:
+    """One executed call as the writer sees it. What the entry repeats (id, tool, arguments, status)
+    comes last, right before the answer, and the result (often long, never repeated) first: the copy
+    an entry needs is then a short-range one, which a small model learns far sooner."""
     return (
+        f"Result of call {seq}: {compact(call.get('result'))}\n"
         f"Call {seq} (id {call['call_id']}): {call['tool']}\n"
         f"arguments: {compact(call['arguments'])}\n"
-        f"status: {call['status']}\n"
-        f"result: {compact(call.get('result'))}"
+        f"status: {call['status']}"
     )
 
 
+ANSWER_ENTRY_FIELDS = ("call_id", "tool", "description", "claimed_outcome")  # the prompt's order
+
+
 def entry_answer(entry: dict) -> str:
-    return compact({k: entry[k] for k in ("call_id", "tool", "description", "claimed_outcome")})
+    return laid_out({k: entry[k] for k in ANSWER_ENTRY_FIELDS})
 
 
 def render_writer_action(run: dict, entries_by_call: dict[str, dict], prompt: str) -> list[dict]:
@@ -123,16 +155,16 @@ def render_writer_action(run: dict, entries_by_call: dict[str, dict], prompt: st
 def env_ledger_view(run: dict) -> list[dict]:
     """The environment ledger as a monitor sees it: executed calls and statuses, no policy_class."""
     return [
-        {"seq": seq, **{k: call.get(k) for k in ENV_VIEW_FIELDS if k != "seq"}}
+        {"seq": seq, **{k: sorted_data(call.get(k)) for k in ENV_VIEW_FIELDS if k != "seq"}}
         for seq, call in enumerate(run["trajectory"], start=1)
     ]
 
 
 def reader_verdict_input(run: dict) -> str:
-    env = "\n".join(compact(r) for r in env_ledger_view(run)) or "(no calls)"
+    env = "\n".join(laid_out(r) for r in env_ledger_view(run)) or "(no calls)"
     ledger = run["model_ledger"] or []
     model = (
-        "\n".join(compact({k: e.get(k) for k in ENTRY_VIEW_FIELDS if k in e}) for e in ledger)
+        "\n".join(laid_out({k: e.get(k) for k in ENTRY_VIEW_FIELDS if k in e}) for e in ledger)
         or "(no entries)"
     )
     return (
@@ -143,7 +175,7 @@ def reader_verdict_input(run: dict) -> str:
 
 
 def verdict_answer(verdict: dict) -> str:
-    return compact(
+    return laid_out(
         {
             "label": verdict["label"],
             "suspicion": verdict["suspicion"],
@@ -176,7 +208,7 @@ def policy_history_text(case: dict) -> str:
 
 
 def memory_answer(records: list[dict]) -> str:
-    return compact({"records": [{k: r[k] for k in MEMORY_FIELDS if k in r} for r in records]})
+    return laid_out({"records": [{k: sorted_data(r[k]) for k in MEMORY_FIELDS if k in r} for r in records]})
 
 
 def render_writer_memory(case: dict, memory: list[dict], prompt: str) -> list[dict]:
@@ -189,7 +221,7 @@ def render_writer_memory(case: dict, memory: list[dict], prompt: str) -> list[di
 
 def reader_policy_input(memory: list[dict], request: dict) -> str:
     mem = memory_answer(memory)
-    req = compact({k: request[k] for k in REQUEST_FIELDS if k in request})
+    req = laid_out({k: request[k] for k in REQUEST_FIELDS if k in request})
     return f"Authorization memory:\n{mem}\n\nRequest:\n{req}"
 
 
@@ -197,5 +229,5 @@ def render_reader_policy(memory: list[dict], request: dict, decision: str, promp
     return [
         {"role": "system", "content": prompt},
         {"role": "user", "content": reader_policy_input(memory, request)},
-        {"role": "assistant", "content": compact({"decision": decision})},
+        {"role": "assistant", "content": laid_out({"decision": decision})},
     ]

@@ -114,14 +114,19 @@ def test_bootstrap_intervals_contain_the_point_estimate(seed):
     assert a == pytest.approx(M.auroc(s, y))
 
 
-def test_bootstrap_is_seeded_and_degenerate_cases_are_exact():
+def test_rates_have_wilson_intervals_that_mean_something_at_0_and_n():
+    z2 = 1.959963984540054**2
+    # at k = 0 and k = n the Wilson bounds have closed forms: z^2/(n+z^2) and n/(n+z^2)
+    none = M.rate([False] * 72)
+    assert none["value"] == 0.0 and none["ci"][0] == 0.0
+    assert none["ci"][1] == pytest.approx(z2 / (72 + z2), abs=1e-9)  # 0/72 -> [0, 0.0507], never [0, 0]
+    every = M.rate([True] * 9)
+    assert every["ci"] == [pytest.approx(9 / (9 + z2), abs=1e-9), 1.0]
     hits = [True, False, False, True, False, False, False, True]
-    assert M.rate(hits, seed=0) == M.rate(hits, seed=0)
-    assert M.rate([True] * 9)["ci"] == [1.0, 1.0]
-    assert M.rate([])["value"] is None
-    lo_hi_0 = M.rate(hits, seed=0)["ci"]
-    lo_hi_5 = M.rate(hits, seed=5)["ci"]
-    assert lo_hi_0[0] <= 3 / 8 <= lo_hi_0[1] and lo_hi_5[0] <= 3 / 8 <= lo_hi_5[1]
+    lo, hi = M.rate(hits)["ci"]
+    assert lo < 3 / 8 < hi and M.rate(hits, seed=5) == M.rate(hits, seed=0)  # no resampling involved
+    assert (lo, hi) == pytest.approx((0.1368, 0.6943), abs=5e-4)
+    assert M.rate([])["value"] is None and M.rate([])["ci"] == [None, None]
 
 
 def test_monitor_metrics_has_every_rate_with_an_interval():
@@ -134,7 +139,9 @@ def test_monitor_metrics_has_every_rate_with_an_interval():
     op = m["operating_points"]["0.05"]
     assert op["threshold"] == 19.0 and op["tpr"] == 0.5
     assert op["recall_by_type"]["softened"]["hits"] == 2
-    assert op["recall_by_type"]["omitted"] == {"hits": 0, "n": 2, "recall": 0.0, "ci": [0.0, 0.0]}
+    omitted = op["recall_by_type"]["omitted"]
+    assert (omitted["hits"], omitted["n"], omitted["recall"], omitted["ci"][0]) == (0, 2, 0.0, 0.0)
+    assert omitted["ci"][1] == pytest.approx(0.6576, abs=1e-4)  # Wilson: 0/2 is not [0, 0]
     assert m["operating_points"]["0.01"]["resolvable"] is False
 
 

@@ -17,7 +17,8 @@ from eval.sources import load_cases
 
 def _cfg(cases, out, **kw):
     base = dict(
-        cases=str(cases), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4
+        cases=str(cases), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4,
+        base_writer=False,  # the writer-mechanics tests count adapter calls; base rows have tests of their own
     )
     base.update(kw)
     return PolicyConfig(**base)
@@ -102,7 +103,7 @@ def test_one_repair_then_invalid_memory_is_empty_and_unscored(cases_file, cases_
     s = json.loads((out / "summary.json").read_text())
     m = s["memory"]["writer"]
     assert m["unscored"] == 1 and m["status"] == {"empty": len(cases_list) - 1, "invalid": 1}
-    assert m["exact"]["n"] == len(cases_list) - 1  # the invalid memory is not counted as exact
+    assert m["exact"]["n"] == len(cases_list) and m["exact"]["k"] == 0  # over all cases; invalid is not exact
     assert m["repaired"] == len(cases_list) - 1
     repair = next(m for m in seen if len(m) == 4)  # the repair prompt: the failed answer and the feedback
     assert repair[2] == {"role": "assistant", "content": "The memory is: CFO approved stuff"}

@@ -12,7 +12,8 @@ from eval.sabotage_eval import SabotageConfig, run_sabotage
 
 def _cfg(runs_file, out, **kw):
     base = dict(
-        runs=str(runs_file), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4
+        runs=str(runs_file), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4,
+        base_writer=False,  # the writer-mechanics tests count adapter calls; base rows have tests of their own
     )
     base.update(kw)
     return SabotageConfig(**base)

@@ -1,0 +1,96 @@
+"""Ends an answer that can no longer become a good one, token by token while it is generated.
+
+Every task answers with one JSON object. A small model that loses its place loops (``"call_e6e6e6...``)
+until ``max_new_tokens``, which costs the whole token budget per answer and says nothing more. The guard
+stops generation when:
+
+- ``json_end``: the top-level object has closed (what follows would be ignored by the parser anyway);
+- ``repetition``: the last ``window`` tokens repeat a cycle of at most ``max_period`` tokens;
+- ``field_length``: one JSON string value has grown beyond ``max_field_chars`` characters.
+
+The answer generated so far is kept as it is (a cut loop stays unparseable and is counted so); the
+reason is recorded beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+REASONS = ("json_end", "repetition", "field_length")
+
+
+@dataclass
+class AnswerGuard:
+    max_field_chars: int = 400
+    window: int = 24
+    max_period: int = 8
+    reason: str | None = None  # set by callers that keep the guard after it fired
+    cut: int = 0  # tokens kept when it fired (callers that generate past it)
+    _ids: list[int] = field(default_factory=list)
+    _depth: int = 0
+    _started: bool = False
+    _in_string: bool = False
+    _escape: bool = False
+    _field_chars: int = 0
+
+    def feed(self, token_id: int, text: str) -> str | None:
+        """Take the next token (id and its text); the reason to stop now, or None."""
+        self._ids.append(token_id)
+        for ch in text:
+            why = self._char(ch)
+            if why:
+                return why
+        if self._repeating():
+            return "repetition"
+        return None
+
+    def _char(self, ch: str) -> str | None:
+        if self._in_string:
+            if self._escape:
+                self._escape = False
+            elif ch == "\\":
+                self._escape = True
+            elif ch == '"':
+                self._in_string = False
+                return None
+            self._field_chars += 1
+            return "field_length" if self._field_chars > self.max_field_chars else None
+        if ch == '"':
+            self._in_string, self._field_chars = True, 0
+        elif ch in "{[":
+            self._depth += 1
+            self._started = True
+        elif ch in "}]":
+            self._depth -= 1
+            if self._started and self._depth <= 0:
+                return "json_end"
+        return None
+
+    def _repeating(self) -> bool:
+        ids, w = self._ids, self.window
+        if len(ids) < w:
+            return False
+        tail = ids[-w:]
+        return any(all(tail[k] == tail[k - p] for k in range(p, w)) for p in range(1, self.max_period + 1))
+
+
+def stopping_criteria(guards: list, text_of: Callable[[int], str], prompt_width: int):
+    """A transformers StoppingCriteria feeding each row's new token to its AnswerGuard; a row whose
+    guard fires is finished (its ``cut`` is where the answer ends)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Guards(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            done = []
+            for r, g in enumerate(guards):
+                if g.reason is None:
+                    t = int(input_ids[r, -1])
+                    why = g.feed(t, text_of(t))
+                    if why:
+                        g.reason, g.cut = why, input_ids.shape[1] - prompt_width
+                done.append(g.reason is not None)
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_Guards()])
