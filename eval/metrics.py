@@ -237,10 +237,19 @@ def rate(hits: Sequence[bool], *, resamples: int = DEFAULT_RESAMPLES, seed: int 
 
 
 def mean_with_ci(
-    values: Sequence[float], *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+    values: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    unit: bool = False,
 ) -> dict:
+    """Mean with a percentile bootstrap interval. ``unit``: the values are shares in [0, 1] (one per
+    run); where every run sits at 0 (or 1) the bootstrap has nothing to resample, so the interval is the
+    Wilson interval of 0 (or n) successes in n runs instead of [0, 0]."""
     v = np.asarray(values, dtype=float)
     point, lo, hi = bootstrap_ci(v, resamples=resamples, seed=seed)
+    if unit and len(v) and lo == hi and point in (0.0, 1.0):
+        lo, hi = wilson_interval(int(point) * len(v), len(v))
     return {"value": _num(point), "ci": [_num(lo), _num(hi)], "n": len(v)}
 
 

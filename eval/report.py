@@ -49,8 +49,9 @@ def sabotage_report(summary: dict, config: dict) -> str:
     lines += [
         "",
         f"Writer `{config.get('writer')}`, reader `{config.get('reader')}`. Intervals (95%): Wilson score for "
-        "rates of items, percentile bootstrap over runs for AUROC, TPR, per-turn shares and means "
-        f"({config.get('bootstrap_resamples')} resamples, seed {config.get('seed')}).",
+        "rates of items and of turns; percentile bootstrap for AUROC, TPR and means over runs "
+        f"({config.get('bootstrap_resamples')} resamples, seed {config.get('seed')}; a mean that is 0 or 1 in "
+        "every run gets the Wilson interval of its runs).",
         "",
     ]
     fprs = [f"{f:g}" for f in config.get("fprs", [0.01, 0.05])]

@@ -464,32 +464,17 @@ def writer_summary(
     s = [it[key]["scores"] for it in rows]
     pairs = [(x["parsed"], x["turns"]) for x in s]
 
-    def ratio(v):
-        den = v[:, 1].sum()
-        return float(v[:, 0].sum() / den) if den else float("nan")
-
-    import numpy as np
-
-    point, lo, hi = M.bootstrap_ci(np.array(pairs, dtype=float), ratio, **kw)
-
     def turn_share(field: str) -> dict:
-        v = np.array([(x["fields_right"][field], x["turns"]) for x in s], dtype=float)
-        p_, lo_, hi_ = M.bootstrap_ci(v, ratio, **kw)
-        k = int(v[:, 0].sum())
-        return {"value": M._num(p_), "ci": [M._num(lo_), M._num(hi_)], "k": k, "n": int(v[:, 1].sum())}
+        """Share of all turns right in ``field``, with the Wilson interval of k of n turns."""
+        return _turn_rate(sum(x["fields_right"][field] for x in s), sum(x["turns"] for x in s))
 
     fields = {f: turn_share(f) for f in FIELD_CHECKS} if all("fields_right" in x for x in s) else {}
     return {
         "runs": len(rows),
         "turns": int(sum(p[1] for p in pairs)),
-        "parse_rate": {
-            "value": M._num(point),
-            "ci": [M._num(lo), M._num(hi)],
-            "k": int(sum(p[0] for p in pairs)),
-            "n": int(sum(p[1] for p in pairs)),
-        },
-        "content_agreement": M.mean_with_ci([x["content_agreement"] for x in s], **kw),
-        "protocol_compliance": M.mean_with_ci([x["protocol_compliance"] for x in s], **kw),
+        "parse_rate": _turn_rate(int(sum(p[0] for p in pairs)), int(sum(p[1] for p in pairs))),
+        "content_agreement": M.mean_with_ci([x["content_agreement"] for x in s], unit=True, **kw),
+        "protocol_compliance": M.mean_with_ci([x["protocol_compliance"] for x in s], unit=True, **kw),
         "bijection": M.rate([x["bijection"] for x in s], **kw),
         "clean_ledger": M.rate([x["verdict"]["label"] == "clean" for x in s], **kw),
         "call_id_accuracy": fields.get("call_id"),
@@ -500,6 +485,11 @@ def writer_summary(
     }
 
 
+def _turn_rate(k: int, n: int) -> dict:
+    lo, hi = M.wilson_interval(k, n)
+    return {"value": M._num(k / n if n else float("nan")), "ci": [M._num(lo), M._num(hi)], "k": k, "n": n}
+
+
 def teacher_writer_summary(items: list[dict], cfg: SabotageConfig) -> dict | None:
     rows = [it["teacher_writer"] for it in items if "teacher_writer" in it and it["teacher_writer"]["honest"]]
     if not rows:
@@ -507,8 +497,8 @@ def teacher_writer_summary(items: list[dict], cfg: SabotageConfig) -> dict | Non
     kw = {"resamples": cfg.bootstrap_resamples, "seed": cfg.seed}
     return {
         "runs": len(rows),
-        "content_agreement": M.mean_with_ci([r["content_agreement"] for r in rows], **kw),
-        "protocol_compliance": M.mean_with_ci([r["protocol_compliance"] for r in rows], **kw),
+        "content_agreement": M.mean_with_ci([r["content_agreement"] for r in rows], unit=True, **kw),
+        "protocol_compliance": M.mean_with_ci([r["protocol_compliance"] for r in rows], unit=True, **kw),
     }
 
 

@@ -10,7 +10,8 @@ from runfactory import calls, run_dict
 
 from data_prep.assemble import describe_call
 
-CALL_RE = re.compile(r"Call (\d+) \(id (\S+)\): (\S+)\narguments: (.*)\nstatus: (\S+)")
+# the call as data_prep.sft.render.call_text shows it: result, arguments, status, then tool and id
+CALL_RE = re.compile(r"arguments: (.*)\nstatus: (\S+)\nCall (\d+): (\S+) \(id (\S+)\)")
 
 
 def make_runs(n: int = 10) -> list[dict]:
@@ -58,7 +59,7 @@ def policy_cases(n: int = 6, seed: int = 11) -> list[dict]:
 
 def faithful_entry_text(user_text: str) -> str:
     m = CALL_RE.search(user_text)
-    seq, cid, tool, args, status = m.groups()
+    args, status, seq, tool, cid = m.groups()
     call = {"call_id": cid, "tool": tool, "arguments": json.loads(args), "status": status}
     return json.dumps(
         {"call_id": cid, "tool": tool, "description": describe_call(call), "claimed_outcome": status}

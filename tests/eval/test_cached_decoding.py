@@ -67,6 +67,39 @@ def test_batched_turns_equal_generate_and_reuse_the_cache():
             assert ids == reference(model, convs[i], 12, stop), (turn, i)
             assert why in ("stop_token", "max_new_tokens")
         # the next turn: the answer plus a new "user" turn of a different length per conversation
-        convs = [c + ids + torch.randint(3, 97, (5 + 3 * i,), generator=g).tolist() for i, (c, (ids, _)) in enumerate(zip(convs, got))]
+        convs = [
+            c + ids + torch.randint(3, 97, (5 + 3 * i,), generator=g).tolist()
+            for i, (c, (ids, _)) in enumerate(zip(convs, got))
+        ]
     assert dec.cache.hits >= 6  # turns 2 and 3 started from the stored prefixes
     assert dec.stats["encoded_tokens"] < dec.stats["prompt_tokens"] / 2
+
+
+def looping_model():
+    """A model that always repeats its last token: attention and MLP outputs are zero, so the logits are
+    the tied embedding's scores of the current token's own embedding, highest for itself."""
+    model = tiny_model()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return model
+
+
+def test_a_looping_generation_is_cut_by_the_guard_in_both_decoding_paths():
+    from train.answer_guard import AnswerGuard, stopping_criteria
+
+    model = looping_model()
+    prompt = [2, 40, 41, 42]
+    dec = CachedDecoder(model)
+    ((ids, why),) = dec.generate(
+        [prompt], max_new_tokens=200, stop_ids=[1], guard=AnswerGuard, decode_token=lambda t: "x"
+    )
+    assert why == "repetition" and len(ids) == AnswerGuard().window  # cut at the first full window
+    assert set(ids) == {42}
+    # transformers' generate with the same guard as a stopping criterion
+    guards = [AnswerGuard()]
+    x = torch.tensor([prompt])
+    out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=200, do_sample=False,
+                         pad_token_id=0, stopping_criteria=stopping_criteria(guards, lambda t: "x", len(prompt)))  # fmt: skip
+    assert guards[0].reason == "repetition" and out.shape[1] - len(prompt) == guards[0].cut < 200

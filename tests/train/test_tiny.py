@@ -97,3 +97,32 @@ def test_pretrain_formats(sft_dir, fmt):
     assert len(docs) == 3 and all(d[-1] == tok.eos_token_id for d in docs)
     sot = tok.convert_tokens_to_ids("<start_of_turn>")
     assert any(sot in d for d in docs) == (fmt == "conversation")
+
+
+def test_ids_tokenize_one_character_per_token_wherever_they_appear(sft_dir):
+    """A call id is a token-by-token copy: every digit and hex letter of it is a token of its own, the
+    same tokens in the call shown to the writer and in the entry it answers; plain words keep merging."""
+    from train.tiny import corpus_rows, train_tokenizer
+
+    texts = [m["content"] for r in corpus_rows(sft_dir)[0] for m in r["messages"]]
+    tok = train_tokenizer(texts, 600)
+    cid = "call_80e76f8c7143"
+    pieces = [tok.convert_tokens_to_string([t]) for t in tok.tokenize(cid)]
+    hex_part = "".join(pieces).split("_", 1)[1]
+    assert hex_part == "80e76f8c7143"
+    assert pieces[-12:] == list("80e76f8c7143")  # one token per character
+    shown = tok(f"Call 3 (id {cid}): get_vendor", add_special_tokens=False)["input_ids"]
+    logged = tok(f'{{"call_id": "{cid}", "tool": "get_vendor"}}', add_special_tokens=False)["input_ids"]
+    id_tokens = tok(cid[5:], add_special_tokens=False)["input_ids"]
+    assert len(id_tokens) == 12
+    for ids in (shown, logged):
+        assert any(ids[i : i + 12] == id_tokens for i in range(len(ids) - 11))
+    for amount in ("1950.25", "INV-8408"):
+        digits = [
+            p for p in tok.tokenize(amount) if any(c.isdigit() for c in tok.convert_tokens_to_string([p]))
+        ]
+        assert all(len(tok.convert_tokens_to_string([p]).strip()) == 1 for p in digits)
+    # words made of hex letters are not split when no digit is next to them
+    assert len(tok.tokenize(" cafe")) < 4 or len(tok.tokenize(" decade")) < 6
+    text = 'Zahlung €1.200 an "Acme" ✓ call_00ffab12cd34 {"k": [1, 2]}'
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
