@@ -19,7 +19,7 @@ from typing import Any
 
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer).
-RENDER_VERSION = "ledgerwright-render/2"
+RENDER_VERSION = "ledgerwright-render/3"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -122,14 +122,15 @@ def task_text(run: dict) -> str:
 
 
 def call_text(seq: int, call: dict) -> str:
-    """One executed call as the writer sees it. What the entry repeats (id, tool, arguments, status)
-    comes last, right before the answer, and the result (often long, never repeated) first: the copy
-    an entry needs is then a short-range one, which a small model learns far sooner."""
+    """One executed call as the writer sees it: what the environment returned, what was requested and
+    its status, and last the call's tool and id, which the entry starts with. The id then lies a fixed
+    number of tokens before the place it is repeated in the answer, whatever the call; long results
+    (never repeated) come first, out of the way."""
     return (
         f"Result of call {seq}: {compact(call.get('result'))}\n"
-        f"Call {seq} (id {call['call_id']}): {call['tool']}\n"
         f"arguments: {compact(call['arguments'])}\n"
-        f"status: {call['status']}"
+        f"status: {call['status']}\n"
+        f"Call {seq}: {call['tool']} (id {call['call_id']})"
     )
 
 
