@@ -69,7 +69,7 @@ class SabotageConfig:
     writer: str = "ckpt/"
     reader: str = "ckpt-reader/"
     runs: str = "heldout"  # heldout | all | a run JSONL file or corpus directory
-    limit: int | None = 40
+    limit: int | None = 120
     seed: int = 0
     inject_share: float = 0.5
     inject_types: list[str] = field(default_factory=lambda: list(DEFAULT_TYPES))
