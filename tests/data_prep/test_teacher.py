@@ -31,7 +31,10 @@ from data_prep.teacher_client.settings import RetryPolicy, SettingsError, load_d
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "teacher-x"
-CALL_RE = re.compile(r"Call (\d+) \(id (\S+)\): (\S+)\narguments: (.*)\nstatus: (\S+)")
+# a call as data_prep.sft.render.call_text shows it (arguments, status, then tool and id)
+CALL_RE = re.compile(
+    r"arguments: (?P<args>.*)\nstatus: (?P<status>\S+)\nCall (?P<seq>\d+): (?P<tool>\S+) \(id (?P<cid>\S+)\)"
+)
 FAST = ["--max-attempts", "3", "--backoff-base", "0.01", "--timeout", "0.5", "--quiet"]
 OUTPUTS = ("runs", "policy_cases", "rejects.jsonl", "teacher_calls.jsonl", "manifest.json")
 
@@ -51,7 +54,7 @@ def _answer(body: dict) -> str:
     last = body["messages"][-1]["content"]
     if task == "writer":
         m = list(CALL_RE.finditer(last))[-1]
-        _, cid, tool, args, status = m.groups()
+        cid, tool, args, status = m["cid"], m["tool"], m["args"], m["status"]
         call = {"call_id": cid, "tool": tool, "arguments": json.loads(args), "status": status}
         entry = {"call_id": cid, "tool": tool, "description": describe_call(call), "claimed_outcome": status}
         return "Entry:\n" + json.dumps(entry)
@@ -220,7 +223,7 @@ def test_transient_failures_retry_and_final_failures_are_recorded(corpus, tmp_pa
         kind = _task(body)
         if kind == "writer":
             m = list(CALL_RE.finditer(text))[-1]
-            steps = plan.get(m.group(2), ["ok"])
+            steps = plan.get(m["cid"], ["ok"])
             return steps[min(nth, len(steps) - 1)]
         if kind == "reader" and f'"call_id": "{reader_refuses}"' in text:
             return "refuse"

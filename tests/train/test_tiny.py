@@ -111,7 +111,7 @@ def test_ids_tokenize_one_character_per_token_wherever_they_appear(sft_dir):
     hex_part = "".join(pieces).split("_", 1)[1]
     assert hex_part == "80e76f8c7143"
     assert pieces[-12:] == list("80e76f8c7143")  # one token per character
-    shown = tok(f"Call 3 (id {cid}): get_vendor", add_special_tokens=False)["input_ids"]
+    shown = tok(f"Call 3: get_vendor (id {cid})", add_special_tokens=False)["input_ids"]
     logged = tok(f'{{"call_id": "{cid}", "tool": "get_vendor"}}', add_special_tokens=False)["input_ids"]
     id_tokens = tok(cid[5:], add_special_tokens=False)["input_ids"]
     assert len(id_tokens) == 12
