@@ -1,9 +1,15 @@
-"""Verify run files: schema, chains, trajectory bijection; print per-run verdicts and totals.
+"""Verify run files: schema, chains, trajectory bijection, run seals; print per-run verdicts and totals.
 
     python data_prep/verify.py FILE.jsonl [FILE.jsonl ...] [--quiet] [--json]
+                               [--public-key KEY.pub.pem] [--allow-unsealed]
 
-Exit 0 when every run in every file is valid, 1 otherwise. Bad records are reported as
-``file:line: field: problem``; nothing in the input can make it crash.
+A run must carry a run seal that matches its content (task, tools, trajectory with results, ledger
+head, model ledger, labels, teacher, metadata); --allow-unsealed accepts legacy runs without one.
+With --public-key every run must also carry a valid Ed25519 signature of its seal by that key: the
+only check that fails a record someone rewrote and re-sealed whole. Exit 0 when every run in every
+file is valid, 1 otherwise (2 on a bad option or key). Bad records are reported as
+``file:line: field: problem``; only regular files are read, and nothing in the input can make it crash
+or hang.
 """
 
 from __future__ import annotations
@@ -12,9 +18,12 @@ import argparse
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 
+from data_prep.integrity import check_seal
 from data_prep.reconcile import reconcile
 from data_prep.records import LineError, iter_runs
+from data_prep.signing import SigningKeyError, load_public_key
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", help="run JSONL files (ledger-run/v1)")
     ap.add_argument("--quiet", action="store_true", help="print only problems and totals")
     ap.add_argument("--json", action="store_true", help="print totals as one JSON object at the end")
+    ap.add_argument("--public-key", type=Path, help="Ed25519 public key (PEM or hex): require signed seals")
+    ap.add_argument("--allow-unsealed", action="store_true", help="accept runs without a run seal")
     args = ap.parse_args(argv)
+    public_key = None
+    if args.public_key is not None:
+        try:
+            public_key = load_public_key(args.public_key)
+        except SigningKeyError as exc:
+            print(f"verify: error: {exc}", file=sys.stderr)
+            return 2
     totals: Counter[str] = Counter()
     verdicts: Counter[str] = Counter()
     seen: dict[str, str] = {}
@@ -39,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{where}: run_id: duplicate of {seen[item.run_id]}", file=sys.stderr)
                 continue
             seen[item.run_id] = where
+            sealed = check_seal(item, required=not args.allow_unsealed, public_key=public_key)
             rec = reconcile(item)
-            if rec.integrity is not None:
+            problem = rec.integrity or sealed
+            if problem is not None:
                 totals["invalid"] += 1
-                print(f"{where}: {rec.integrity}", file=sys.stderr)
+                print(f"{where}: {problem}", file=sys.stderr)
                 continue
             totals["valid"] += 1
             verdicts[rec.verdict.label] += 1

@@ -30,6 +30,7 @@ from data_prep.manifest import (
     check_manifest,
     file_digests,
     sha256_file,
+    staged_build,
     write_manifest,
 )
 from data_prep.reconcile import reconcile
@@ -567,15 +568,18 @@ def build(
     strict: bool = False,
     progress: bool = True,
     overwrite: bool = False,
+    allow_unsealed: bool = False,
 ) -> dict:
-    """Run the whole build; returns the manifest. Raises BuildError on unusable input or, with
-    ``strict``, on any problem."""
+    """Run the whole build; returns the manifest. Raises BuildError on unusable input, an unsealed
+    corpus (unless ``allow_unsealed``) or, with ``strict``, on any problem."""
     corpus, out = Path(corpus), Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise BuildError(f"{out}: output directory is not empty (pass --overwrite to replace it)")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # staged: written into a sibling directory, moved over ``out`` only when complete and sealed;
+    # the corpus must be a sealed stage output unless ``allow_unsealed`` (data_prep.manifest)
+    with staged_build(corpus, out, overwrite=overwrite, allow_unsealed=allow_unsealed, error=BuildError) as staged:
+        return _build(corpus, staged, cfg, strict=strict, progress=progress)
+
+
+def _build(corpus: Path, out: Path, cfg: BuildConfig, *, strict: bool, progress: bool) -> dict:
     b = Builder(cfg, out, progress=progress)
     run_files, case_files, _ = corpus_files(corpus, b.problems, strict)
     corpus_manifest = None

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from data_prep.inputs import read_text
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DECODING = REPO_ROOT / "configs" / "teacher" / "decoding.yaml"
 DEFAULT_PRICES = REPO_ROOT / "configs" / "teacher" / "prices.yaml"
@@ -65,8 +67,8 @@ def load_decoding(path: str | Path | None = None) -> TeacherDecoding:
     values: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            loaded = yaml.safe_load(read_text(path)) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
             raise SettingsError(f"{src}: cannot read decoding settings: {exc}") from None
         if not isinstance(loaded, dict):
             raise SettingsError(f"{src}: top level must be a mapping")
