@@ -9,8 +9,8 @@ refused with ``file: problem``. Bad records are quarantined to DIR/rejects.jsonl
 ``file:line: field: problem``. Every imported run gets a run seal (signed with Ed25519 when
 --signing-key FILE or $LEDGERWRIGHT_SIGNING_KEY is given). The corpus is written into a sibling staging
 directory and moved into place, with ``complete: true`` in its manifest, only when complete.
-Exit 0 with counts printed; 1 if a source cannot be read, the output cannot be written, or anything
-was rejected and --strict is given; 2 on a usage error.
+Exit 0 with counts printed; 1 if a source cannot be read (or is a directory without matching files), the
+output cannot be written, or anything was rejected and --strict is given; 2 on a usage error.
 (Named importer.py because ``import`` is a Python keyword.)
 """
 
@@ -71,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: {exc.filename}: {os_problem(exc)}", file=sys.stderr)
         return 1
-    if not paths:
-        print("error: no input files found", file=sys.stderr)
-        return 2
+    empty = [s for s in args.sources if Path(s).is_dir() and not expand_sources([s], patterns)]
+    if empty or not paths:
+        for s in empty:
+            print(f"error: {s}: no {' or '.join(patterns)} files in this directory", file=sys.stderr)
+        print("error: no input files found" if not paths else "error: nothing imported", file=sys.stderr)
+        return 1
     bad = 0
     for p in paths:
         try:

@@ -329,6 +329,9 @@ def staged_output(
     final.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(final)
     staged = Path(tempfile.mkdtemp(prefix=f".{final.name}{_PARTIAL}{os.getpid()}-", dir=final.parent))
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(staged, 0o777 & ~umask)  # mkdtemp makes 0700; the output gets the usual mode
     try:
         yield staged
         _replace_dir(staged, final)

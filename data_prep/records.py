@@ -9,6 +9,7 @@ chain integrity lives in ``data_prep.chain`` and meaning in ``data_prep.reconcil
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -367,6 +368,16 @@ def _check_seal_shape(seal: Any, where: str) -> None:
         _no_extra(sig, ("alg", "key_id", "value"), f"{where}.signature")
         for k in ("alg", "key_id", "value"):
             _req(sig, k, str, f"{where}.signature", nonempty=True)
+        if sig["alg"] != "ed25519":
+            raise RecordError(f"{where}.signature.alg", f"must be ed25519, got {sig['alg']!r}")
+        if not _KEY_ID.fullmatch(sig["key_id"]):
+            raise RecordError(f"{where}.signature.key_id", "expected 16 lowercase hex digits")
+        if not _SIG_VALUE.fullmatch(sig["value"]):
+            raise RecordError(f"{where}.signature.value", "expected 64 bytes in base64 (88 characters)")
+
+
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
+_SIG_VALUE = re.compile(r"[A-Za-z0-9+/]{86}==")
 
 
 def _fast_seal(seal: Any) -> bool:
@@ -380,7 +391,11 @@ def _fast_seal(seal: Any) -> bool:
     return (
         type(sig) is dict
         and sig.keys() == {"alg", "key_id", "value"}
-        and all(type(v) is str and v for v in sig.values())
+        and sig["alg"] == "ed25519"
+        and type(sig["key_id"]) is str
+        and type(sig["value"]) is str
+        and _KEY_ID.fullmatch(sig["key_id"]) is not None
+        and _SIG_VALUE.fullmatch(sig["value"]) is not None
         and bool(seal["digest"])
     )
 

@@ -51,6 +51,6 @@ def test_missing_inputs(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     (tmp_path / "d").mkdir()
     assert (
-        importer_main(["--format", "runs", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        importer_main(["--format", "runs", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     )
     assert "no input files" in capsys.readouterr().err

@@ -438,7 +438,8 @@ def test_bad_input_lines_are_quarantined_and_counted(corpus, tmp_path):
     )
     out = tmp_path / "out"
     with FakeOpenAI() as srv:
-        assert main(_argv(corpus=src, out=out, url=srv.url)) == 0
+        assert main(_argv(src, out, srv.url)) == 1  # a hand-made corpus has no seal: refused
+        assert main(_argv(src, out, srv.url, "--allow-unsealed")) == 0
     man = json.loads((out / "manifest.json").read_text())
     assert man["counts"]["runs"] == {
         "input": 4,
