@@ -281,14 +281,15 @@ class Collector:
     ) -> Exchange:
         if self.stopping.is_set():
             raise Interrupted(item)
-        params = self.cfg.decoding.request_params(task)
+        params = self.cfg.decoding.request_params(task, self.cfg.model)
         body = {"model": self.cfg.model, "messages": messages, **params}
         tag = f"{item}/{role}" + (f"/{turn}" if turn is not None else "")
         answer = self.client.complete(body, tag=tag)
         reply = answer.reply
         parsed = None
-        if not reply.ok:
-            status, content = "provider_error", None
+        if not reply.ok:  # an answer over the size cap is a truncated answer (not kept), not an outage
+            status = "truncated" if reply.error["kind"] == "response_too_large" else "provider_error"
+            content = None
             reason = f"{reply.error['kind']} after {reply.attempts} attempt(s)"
         else:
             status, content, reason = classify(reply.body)
