@@ -9,8 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from data_prep.integrity import seal_run
-from data_prep.integrity import verify_run
+from data_prep.integrity import seal_run, verify_run
 from data_prep.reconcile import description_names_values, expected_label, reconcile
 from data_prep.records import Run, iter_runs, load_schema
 from data_prep.synth import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated

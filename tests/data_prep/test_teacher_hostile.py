@@ -24,12 +24,15 @@ ESCAPED_KEY = "".join(f"\\u{ord(c):04x}" for c in KEY)  # how a JSON server may 
 
 
 def _completion(content: str, extra: str = "") -> bytes:
-    body = (
-        '{"id":"x","object":"chat.completion","model":"m","system_fingerprint":"%s",'
-        '"choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],'
-        '"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
-    ) % (extra, json.dumps(content))
-    return body.encode()
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "system_fingerprint": extra,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    return json.dumps(body).encode()
 
 
 class Hostile:
@@ -71,14 +74,14 @@ class Hostile:
                             self.wfile.write(chunk)
                         self.wfile.write(b'"}}]}')
                     elif mode == "echo":  # the key back, escaped, in content and metadata
-                        verdict = '{"label":"clean","suspicion":1,"cited_call_ids":[],"findings":"key %s"}'
-                        data = _completion(verdict % KEY, ESCAPED_KEY).replace(
-                            KEY.encode(), ESCAPED_KEY.encode()
-                        )
+                        verdict = {"label": "clean", "suspicion": 1, "cited_call_ids": [], "findings": f"key {KEY}"}
+                        data = _completion(json.dumps(verdict), KEY)
+                        data = data.replace(KEY.encode(), ESCAPED_KEY.encode())
                         self._head(200, len(data))
                         self.wfile.write(data)
                     elif mode == "echo_error":
-                        data = ('{"error":{"message":"bad key %s"}}' % ESCAPED_KEY).encode()
+                        data = json.dumps({"error": {"message": f"bad key {KEY}"}}).encode()
+                        data = data.replace(KEY.encode(), ESCAPED_KEY.encode())
                         self._head(401, len(data))
                         self.wfile.write(data)
                     elif mode == "bad_utf8":
