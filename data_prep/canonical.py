@@ -297,6 +297,7 @@ _C_ENCODE = (
 )
 
 
+
 def _encode_text(value: Any) -> str:
     if _C_ENCODE is None or type(value) is str:
         return _ENCODER.encode(value)

@@ -6,9 +6,10 @@ the harness executed: same call ids in the same order, same tools, same argument
 statuses. A truncated ledger whose head was re-sealed still fails here.
 
 The chain binds only what the environment recorded; the **run seal** (``seal.digest``) binds the rest:
-a domain-separated digest of the task (messages and tools), the trajectory with its results, the
-environment ledger head, the model ledger, labels, teacher outputs and metadata. ``provenance`` is not
-sealed: it is where downstream stages annotate (import findings, label mismatches). An unsigned seal
+a domain-separated digest of everything in the record but the seal itself: the task (messages and
+tools), the trajectory with its results, the environment ledger head (which binds every ledger record
+through the chain), the model ledger, labels, teacher outputs, provenance and metadata. Every stage
+that changes a run re-seals it (synth, importer, teacher). An unsigned seal
 shows accidents and partial edits; only a signature (``seal.signature``, Ed25519, see
 ``data_prep.signing``) resists someone who rewrites and re-seals the whole record.
 """
@@ -18,11 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep.canonical import StrictJSONError, digest
+from data_prep.canonical import DIGEST_PREFIX, StrictJSONError, canonical_bytes, domain_hash
 from data_prep.chain import args_digest, verify_ledger
 from data_prep.records import Run
 
 RUN_SEAL_DOMAIN = "run-seal/v1"
+_SEAL_HASH = domain_hash(RUN_SEAL_DOMAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,9 @@ class IntegrityProblem:
 def run_seal_digest(run: Run) -> str:
     """The run seal of a run (StrictJSONError when a sealed value is not I-JSON). Computed from the
     typed record, so defaults (an absent ``result``, ``rationale``...) seal the same as explicit ones."""
-    return digest(RUN_SEAL_DOMAIN, _seal_dict(run))
+    h = _SEAL_HASH.copy()
+    h.update(canonical_bytes(_seal_dict(run)))
+    return DIGEST_PREFIX + h.hexdigest()
 
 
 def seal_run(run: dict, signer: Any = None) -> dict:
@@ -89,6 +93,7 @@ def _seal_dict(run: Run) -> dict:
             },
         },
         "metadata": run.metadata,
+        "provenance": run.provenance,
     }
 
 
@@ -118,12 +123,14 @@ def check_seal(run: Run, *, required: bool = False, public_key: Any = None) -> I
 
 
 def verify_run(
-    run: Run, *, require_seal: bool = False, public_key: Any = None
+    run: Run, *, require_seal: bool = False, public_key: Any = None, check_seal_digest: bool = True
 ) -> IntegrityProblem | None:
     """None when the run's environment ledger is intact, matches its trajectory, and its seal (when
-    present, or when ``require_seal``/``public_key`` ask for one) matches its content."""
+    present, or when ``require_seal``/``public_key`` ask for one) matches its content.
+    ``check_seal_digest=False``: the chain only (a consumer whose input's sealed manifest already
+    proves the files are what the sealing stage wrote)."""
     problem = _verify_chain(run)
-    if problem is not None:
+    if problem is not None or not check_seal_digest:
         return problem
     return check_seal(run, required=require_seal, public_key=public_key)
 

@@ -1,8 +1,10 @@
 """Manifests: what produced an output, from what, and the digest of every file it wrote.
 
-Every stage writes one next to its output. Host and user names are never recorded. A stage that
-reads an earlier stage's output calls ``check_manifest`` first and refuses files whose digests
-do not match.
+Every stage writes one next to its output, as its very last act (``write_manifest``: atomic, with
+``complete: true``), into a staging directory that replaces the output only when complete
+(``staged_output``). A stage that reads an earlier stage's output calls ``require_sealed`` first and
+refuses a missing, incomplete or mismatching manifest, or files it does not list. Host and user
+names are never recorded.
 """
 
 from __future__ import annotations
@@ -322,6 +324,8 @@ def staged_output(
     staging directory is removed, or, after SIGKILL, by the next run). ``replace``: whether a
     non-empty ``final`` may be replaced (never deleted before the new output is complete)."""
     final = Path(final)
+    if final.is_symlink():
+        final = Path(os.path.realpath(final))  # replace what the link points to, keep the link
     if final.exists() and not final.is_dir():
         raise ManifestError(f"{final}: exists and is not a directory")
     if output_occupied(final) and not replace:

@@ -3,8 +3,9 @@
     python data_prep/verify.py FILE.jsonl [FILE.jsonl ...] [--quiet] [--json]
                                [--public-key KEY.pub.pem] [--allow-unsealed]
 
-A run must carry a run seal that matches its content (task, tools, trajectory with results, ledger
-head, model ledger, labels, teacher, metadata); --allow-unsealed accepts legacy runs without one.
+A run must carry a run seal that matches its content (everything but the seal: task, tools, trajectory
+with results, ledger head, model ledger, labels, teacher, provenance, metadata); --allow-unsealed
+accepts legacy runs without one.
 With --public-key every run must also carry a valid Ed25519 signature of its seal by that key: the
 only check that fails a record someone rewrote and re-sealed whole. Exit 0 when every run in every
 file is valid, 1 otherwise (2 on a bad option or key). Bad records are reported as
@@ -44,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     totals: Counter[str] = Counter()
     verdicts: Counter[str] = Counter()
     seen: dict[str, str] = {}
+    empty = 0
     for path in args.files:
+        before = totals["records"]
         for lineno, item in iter_runs(path):
             totals["records"] += 1
             if isinstance(item, LineError):
@@ -72,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"{where}: {item.run_id}: {rec.verdict.label} [{kinds}] "
                     f"agreement={rec.content_agreement:.3f} compliance={rec.protocol_compliance:.3f}"
                 )
+        if totals["records"] == before:
+            empty += 1
+            print(f"{path}: no runs in this file", file=sys.stderr)
     summary = {
+        "empty_files": empty,
         "records": totals["records"],
         "valid": totals["valid"],
         "invalid": totals["invalid"],
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"total: {summary['records']} records, {summary['valid']} valid, {summary['invalid']} invalid; verdicts: {vs}"
         )
-    return 0 if summary["invalid"] == 0 and summary["records"] > 0 else 1
+    return 0 if summary["invalid"] == 0 and summary["records"] > 0 and not empty else 1
 
 
 if __name__ == "__main__":

@@ -224,6 +224,7 @@ class Builder:
         self.stats = SanitizerStats()
         self.problems = Problems()
         self.family_split: dict[str, dict[str, str]] = {"workflow_families": {}, "case_families": {}}
+        self.check_run_seals = True
 
     # -- shared steps ----------------------------------------------------------------------------
     def _loader(self, task: str):
@@ -332,7 +333,7 @@ class Builder:
                     )
                     continue
                 seen[run.run_id] = file_index << 32 | lineno
-                integrity = verify_run(run)
+                integrity = verify_run(run, check_seal_digest=self.check_run_seals)
                 if integrity is not None:
                     self._reject(
                         RUN_TASKS,
@@ -576,11 +577,12 @@ def build(
     # staged: written into a sibling directory, moved over ``out`` only when complete and sealed;
     # the corpus must be a sealed stage output unless ``allow_unsealed`` (data_prep.manifest)
     with staged_build(corpus, out, overwrite=overwrite, allow_unsealed=allow_unsealed, error=BuildError) as staged:
-        return _build(corpus, staged, cfg, strict=strict, progress=progress)
+        return _build(corpus, staged, cfg, strict=strict, progress=progress, sealed=not allow_unsealed)
 
 
-def _build(corpus: Path, out: Path, cfg: BuildConfig, *, strict: bool, progress: bool) -> dict:
+def _build(corpus: Path, out: Path, cfg: BuildConfig, *, strict: bool, progress: bool, sealed: bool) -> dict:
     b = Builder(cfg, out, progress=progress)
+    b.check_run_seals = not sealed  # a sealed corpus's manifest already proves its runs as written
     run_files, case_files, _ = corpus_files(corpus, b.problems, strict)
     corpus_manifest = None
     if (corpus / "manifest.json").is_file():
