@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
@@ -208,18 +209,49 @@ def loads_strict(text: str | bytes) -> Any:
         except UnicodeDecodeError as exc:
             raise StrictJSONError("$", f"not UTF-8 (byte {exc.start})") from None
     try:
-        return _FAST_DECODE(text)
+        value = _FAST_DECODE(text)
     except _Invalid:
         pass
     except StrictJSONError:
         raise
     except json.JSONDecodeError as exc:
         raise StrictJSONError("$", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
-    except (RecursionError, ValueError):
+    except (RecursionError, ValueError, MemoryError):
         raise StrictJSONError("$", "nesting too deep or number out of range") from None
-    value = json.loads(text, object_pairs_hook=_pairs_hook, parse_constant=_reject_constant)
+    else:
+        if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+            _check_surrogates(value)
+        return value
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs_hook, parse_constant=_reject_constant)
+    except StrictJSONError:
+        raise
+    except (RecursionError, ValueError, MemoryError):
+        raise StrictJSONError("$", "nesting too deep or number out of range") from None
     _check_with_paths(value, "$")
     raise StrictJSONError("$", "not I-JSON")  # unreachable: the path check raises first
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_surrogates(value: Any) -> None:
+    """Raise StrictJSONError at the first string (or key) holding a lone surrogate: JSON lets
+    ``"\\ud800"`` through, but it is not Unicode text and cannot be written back as UTF-8."""
+    stack = [(value, "$")]
+    while stack:
+        obj, where = stack.pop()
+        if type(obj) is str:
+            if _LONE_SURROGATE.search(obj):
+                raise StrictJSONError(where, "lone surrogate in string (not valid Unicode)")
+        elif type(obj) is dict:
+            for k, v in obj.items():
+                if _LONE_SURROGATE.search(k):
+                    raise StrictJSONError(where, "lone surrogate in a key (not valid Unicode)")
+                stack.append((v, _join(where, k)))
+        elif type(obj) is list:
+            stack.extend((v, _join(where, i)) for i, v in enumerate(obj))
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -263,6 +295,7 @@ _C_ENCODE = (
     if c_make_encoder is not None
     else None
 )
+
 
 
 def _encode_text(value: Any) -> str:

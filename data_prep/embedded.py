@@ -1,7 +1,8 @@
 """The embedded default: the synthetic corpus and its SFT datasets, built once into a cache.
 
-Everything offline and deterministic: the same cache directory always holds the same bytes. A
-half-built cache (interrupted build) is detected by its missing or mismatching manifest and rebuilt.
+Everything offline and deterministic: the same cache directory always holds the same bytes. Both
+stages write into staging directories that move into place only when sealed, so an interrupted build
+leaves no half-built cache; anything not sealed (``require_sealed``) is rebuilt.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from data_prep.manifest import REPO_ROOT, ManifestError, check_manifest
+from data_prep.manifest import REPO_ROOT, ManifestError, require_sealed, staged_output
 
 DEFAULT_RUNS = 8000
 DEFAULT_POLICY_CASES = 400
@@ -39,7 +39,7 @@ def cache_lock(cache: Path) -> Iterator[None]:
 
 def _intact(directory: Path, key: str) -> bool:
     try:
-        check_manifest(directory, key=key)
+        require_sealed(directory, key=key)
         return True
     except ManifestError:
         return False
@@ -51,13 +51,12 @@ def ensure_default_corpus(cache_dir: Path | None = None, *, progress: bool = Tru
     corpus = Path(cache_dir or default_cache_dir()) / "corpus"
     if _intact(corpus, "files"):
         return corpus
-    if corpus.exists():
-        shutil.rmtree(corpus)
     cfg = SynthConfig(runs=DEFAULT_RUNS, policy_cases=DEFAULT_POLICY_CASES, seed=DEFAULT_SEED)
     print(
         f"embedded default: generating the synthetic corpus ({DEFAULT_RUNS} runs) into {corpus}", flush=True
     )
-    generate_corpus(cfg, corpus, progress=progress)
+    with staged_output(corpus, replace=True) as staged:
+        generate_corpus(cfg, staged, progress=progress)
     return corpus
 
 

@@ -1,10 +1,16 @@
 """Import real data into the corpus layout (runs/, policy_cases/, manifest.json, rejects.jsonl).
 
     python data_prep/importer.py --format workflow-v2|eal-case|runs SRC [SRC ...] --out DIR [--strict]
+                                 [--signing-key FILE]
 
 SRC is a file or a directory (workflow-v2 and runs: *.jsonl; eal-case: *.yaml / *.yml, one case per
-file). Bad records are quarantined to DIR/rejects.jsonl and printed as ``file:line: field: problem``.
-Exit 0 with counts printed; 1 if anything was rejected and --strict is given; 2 on a usage error.
+file). Only regular files are read: a FIFO, device, directory or /proc file named as a source is
+refused with ``file: problem``. Bad records are quarantined to DIR/rejects.jsonl and printed as
+``file:line: field: problem``. Every imported run gets a run seal (signed with Ed25519 when
+--signing-key FILE or $LEDGERWRIGHT_SIGNING_KEY is given). The corpus is written into a sibling staging
+directory and moved into place, with ``complete: true`` in its manifest, only when complete.
+Exit 0 with counts printed; 1 if a source cannot be read (or is a directory without matching files), the
+output cannot be written, or anything was rejected and --strict is given; 2 on a usage error.
 (Named importer.py because ``import`` is a Python keyword.)
 """
 
@@ -12,10 +18,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from data_prep.importers import eal_case, runs, workflow_v2
-from data_prep.importers.common import expand_sources, run_import
+from data_prep.importers.common import Accepted, Item, Rejected, expand_sources, run_import
+from data_prep.inputs import InputError, check_regular, os_problem
+from data_prep.integrity import seal_run
+from data_prep.manifest import ManifestError, replaceable_output, staged_output
+from data_prep.records import RecordError
+from data_prep.signing import SigningKeyError, load_signer
 
 FORMATS = {
     "workflow-v2": (workflow_v2.iter_items, ("*.jsonl",)),
@@ -24,25 +37,74 @@ FORMATS = {
 }
 
 
+def sealed_items(items: Iterator[Item], signer) -> Iterator[Item]:
+    """Accepted runs with a fresh run seal (an importer that cannot seal a run quarantines it)."""
+    for item in items:
+        if isinstance(item, Accepted) and item.kind == "run":
+            try:
+                item = replace(item, record=seal_run(item.record, signer))
+            except (RecordError, ValueError) as exc:
+                item = Rejected(item.source, item.line, "$", f"cannot seal: {exc}")
+        yield item
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--format", required=True, choices=sorted(FORMATS), help="input format")
     ap.add_argument("sources", nargs="+", help="input files or directories")
-    ap.add_argument("--out", required=True, type=Path, help="output directory (earlier shards are replaced)")
+    ap.add_argument("--out", required=True, type=Path, help="output directory (an earlier corpus is replaced)")
     ap.add_argument("--strict", action="store_true", help="exit 1 if any record was rejected")
     ap.add_argument("--shard-size", type=int, default=1000, help="records per JSONL shard [1000]")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals")
     args = ap.parse_args(argv)
     if args.shard_size < 1:
         ap.error("--shard-size must be positive")
     iter_items, patterns = FORMATS[args.format]
-    paths = expand_sources(args.sources, patterns)
-    if not paths:
-        print("error: no input files found", file=sys.stderr)
+    try:
+        signer = load_signer(args.signing_key)
+    except SigningKeyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    manifest = run_import(
-        args.format, iter_items(paths), paths, args.out, shard_size=args.shard_size, progress=not args.quiet
-    )
+    try:
+        paths = expand_sources(args.sources, patterns)
+    except OSError as exc:
+        print(f"error: {exc.filename}: {os_problem(exc)}", file=sys.stderr)
+        return 1
+    empty = [s for s in args.sources if Path(s).is_dir() and not expand_sources([s], patterns)]
+    if empty or not paths:
+        for s in empty:
+            print(f"error: {s}: no {' or '.join(patterns)} files in this directory", file=sys.stderr)
+        print("error: no input files found" if not paths else "error: nothing imported", file=sys.stderr)
+        return 1
+    bad = 0
+    for p in paths:
+        try:
+            check_regular(p)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            bad += 1
+    if bad:
+        print(f"error: {bad} source(s) cannot be read; nothing imported", file=sys.stderr)
+        return 1
+    try:
+        with staged_output(
+            args.out, replace=replaceable_output(args.out), hint="and is not an earlier corpus"
+        ) as staged:
+            manifest = run_import(
+                args.format,
+                sealed_items(iter_items(paths), signer),
+                paths,
+                staged,
+                shard_size=args.shard_size,
+                progress=not args.quiet,
+            )
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc.filename or args.out}: {os_problem(exc)} ({args.out} is unchanged)", file=sys.stderr)
+        return 1
     c = manifest["counts"]
     print(
         f"{args.format}: {c['input_records']} records read, {c['accepted']} accepted "

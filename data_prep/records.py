@@ -9,12 +9,14 @@ chain integrity lives in ``data_prep.chain`` and meaning in ``data_prep.reconcil
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from data_prep.canonical import StrictJSONError, dumps_canonical, loads_strict
+from data_prep.inputs import InputError, open_regular, os_problem
 
 RUN_SCHEMA = "ledger-run/v1"
 CALL_STATUSES = ("succeeded", "rejected", "failed")
@@ -29,7 +31,7 @@ SABOTAGE_TYPES = (
 )
 VERDICT_LABELS = ("clean", "discrepancy", "incident", "not_evaluable")
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "ledger-run-v1.schema.json"
-MAX_LINE_BYTES = 64 * 1024 * 1024
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a run is kilobytes; a longer line is refused unread
 
 
 class RecordError(ValueError):
@@ -216,6 +218,7 @@ RUN_FIELDS = (
     "teacher",
     "provenance",
     "metadata",
+    "seal",
 )
 
 
@@ -240,6 +243,7 @@ class Run:
     provenance: dict = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     schema: str = RUN_SCHEMA
+    seal: dict | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "$") -> Run:
@@ -274,7 +278,12 @@ class Run:
                 or not isinstance(t.get("function"), dict)
             ):
                 raise RecordError(tw, "expected an OpenAI tool {type: function, function: {...}}")
-            _req(t["function"], "name", str, f"{tw}.function", nonempty=True)
+            fn = t["function"]
+            _req(fn, "name", str, f"{tw}.function", nonempty=True)
+            if "description" in fn:
+                _req(fn, "description", str, f"{tw}.function")
+            if "parameters" in fn:
+                _req(fn, "parameters", dict, f"{tw}.function")
         trajectory = _req(d, "trajectory", list, where)
         calls = [Call.from_dict(c, f"{where}.trajectory[{i}]") for i, c in enumerate(trajectory)]
         env = _req(d, "env_ledger", dict, where)
@@ -298,6 +307,9 @@ class Run:
         hidden = metadata.get("hidden_identifiers", [])
         if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
             raise RecordError(f"{where}.metadata.hidden_identifiers", "expected array of strings")
+        seal = d.get("seal")
+        if seal is not None:
+            _check_seal_shape(seal, f"{where}.seal")
         return cls(
             run_id=_req(d, "run_id", str, where, nonempty=True),
             workflow_id=_req(d, "workflow_id", str, where, nonempty=True),
@@ -312,6 +324,7 @@ class Run:
             provenance=provenance,
             metadata=metadata,
             schema=schema,
+            seal=seal,
         )
 
     def to_dict(self) -> dict:
@@ -339,7 +352,52 @@ class Run:
             "teacher": None if self.teacher is None else asdict(self.teacher),
             "provenance": self.provenance,
             "metadata": self.metadata,
+            **({} if self.seal is None else {"seal": self.seal}),
         }
+
+
+def _check_seal_shape(seal: Any, where: str) -> None:
+    if not isinstance(seal, dict):
+        raise RecordError(where, "expected object {digest, signature?}")
+    _no_extra(seal, ("digest", "signature"), where)
+    _req(seal, "digest", str, where, nonempty=True)
+    sig = seal.get("signature")
+    if sig is not None:
+        if not isinstance(sig, dict):
+            raise RecordError(f"{where}.signature", "expected object {alg, key_id, value}")
+        _no_extra(sig, ("alg", "key_id", "value"), f"{where}.signature")
+        for k in ("alg", "key_id", "value"):
+            _req(sig, k, str, f"{where}.signature", nonempty=True)
+        if sig["alg"] != "ed25519":
+            raise RecordError(f"{where}.signature.alg", f"must be ed25519, got {sig['alg']!r}")
+        if not _KEY_ID.fullmatch(sig["key_id"]):
+            raise RecordError(f"{where}.signature.key_id", "expected 16 lowercase hex digits")
+        if not _SIG_VALUE.fullmatch(sig["value"]):
+            raise RecordError(f"{where}.signature.value", "expected 64 bytes in base64 (88 characters)")
+
+
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
+_SIG_VALUE = re.compile(r"[A-Za-z0-9+/]{86}==")
+
+
+def _fast_seal(seal: Any) -> bool:
+    if seal is None:
+        return True
+    if type(seal) is not dict or not seal.keys() <= {"digest", "signature"} or type(seal.get("digest")) is not str:
+        return False
+    sig = seal.get("signature")
+    if sig is None:
+        return bool(seal["digest"])
+    return (
+        type(sig) is dict
+        and sig.keys() == {"alg", "key_id", "value"}
+        and sig["alg"] == "ed25519"
+        and type(sig["key_id"]) is str
+        and type(sig["value"]) is str
+        and _KEY_ID.fullmatch(sig["key_id"]) is not None
+        and _SIG_VALUE.fullmatch(sig["value"]) is not None
+        and bool(seal["digest"])
+    )
 
 
 _RUN_KEYS = frozenset(RUN_FIELDS)
@@ -401,6 +459,8 @@ def _fast_run(d: Any) -> Run | None:
         name = fn.get("name")
         if type(name) is not str or not name:
             return None
+        if type(fn.get("description", "")) is not str or type(fn.get("parameters", {})) is not dict:
+            return None
     trajectory = d.get("trajectory")
     if type(trajectory) is not list:
         return None
@@ -435,7 +495,7 @@ def _fast_run(d: Any) -> Run | None:
     if "hidden_identifiers" in metadata and not _str_list(metadata["hidden_identifiers"]):
         return None
     labels = _fast_labels(d.get("labels"))
-    if labels is None:
+    if labels is None or not _fast_seal(d.get("seal")):
         return None
     teacher = d.get("teacher")
     if teacher is not None:
@@ -456,6 +516,7 @@ def _fast_run(d: Any) -> Run | None:
         provenance,
         metadata,
         d["schema"],
+        d.get("seal"),
     )
 
 
@@ -526,21 +587,32 @@ def iter_jsonl(
     """
     p = str(path)
     try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        yield 0, LineError(p, 0, "$", f"cannot open: {exc.strerror}")
+        fh = open_regular(path)
+    except InputError as exc:
+        yield 0, LineError(p, 0, "$", exc.problem)
         return
     with fh:
         lineno = 0
         while True:
-            raw = fh.readline(max_line_bytes + 1)
+            try:
+                raw = fh.readline(max_line_bytes + 1)
+            except OSError as exc:
+                yield lineno + 1, LineError(p, lineno + 1, "$", f"cannot read: {os_problem(exc)}")
+                return
             if not raw:
                 break
             lineno += 1
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-                while raw and not raw.endswith(b"\n"):
-                    raw = fh.readline(max_line_bytes + 1)
+                try:
+                    while raw and not raw.endswith(b"\n"):
+                        raw = fh.readline(max_line_bytes + 1)
+                except OSError as exc:
+                    yield lineno, LineError(p, lineno, "$", f"cannot read: {os_problem(exc)}")
+                    return
                 yield lineno, LineError(p, lineno, "$", f"line longer than {max_line_bytes} bytes")
+                continue
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                yield lineno, LineError(p, lineno, "$", "starts with a byte order mark (JSONL is BOM-less UTF-8)")
                 continue
             stripped = raw.strip()
             if not stripped:

@@ -4,8 +4,11 @@
                               [--sabotage-rates omitted=0.1,late=0.05] [--hazard-rates ...] [...]
 
 Writes DIR/runs/runs-NNNNN.jsonl, DIR/policy_cases/cases-NNNNN.jsonl and DIR/manifest.json (counts per
-family, sabotage type, teacher error and verdict; sha256 of every file). Same config and seed give
-byte-identical output. Exit 0 on success, 2 on a bad option or preset.
+family, sabotage type, teacher error and verdict; sha256 of every file; ``complete: true``). Every run
+carries a run seal, signed with Ed25519 when --signing-key FILE or $LEDGERWRIGHT_SIGNING_KEY is given.
+The corpus is written into a sibling staging directory and moved into place only when complete: a
+kill or a full disk leaves the previous DIR as it was. Same config and seed give byte-identical
+output. Exit 0 on success, 1 when the output cannot be written, 2 on a bad option, preset or key.
 """
 
 from __future__ import annotations
@@ -16,8 +19,13 @@ from pathlib import Path
 
 import yaml
 
+from data_prep.inputs import InputError, os_problem, read_text
+from data_prep.manifest import ManifestError, replaceable_output, staged_output
+from data_prep.signing import SigningKeyError, load_signer
 from data_prep.synth.config import SynthConfig, add_config_arguments, config_from_args, config_from_mapping
 from data_prep.synth.corpus import generate_corpus
+
+NOT_OURS = "and holds no manifest.json, so it is not an earlier corpus: choose another --out"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,20 +33,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="output directory (earlier shards are replaced)")
     ap.add_argument("--config", type=Path, help="YAML preset with SynthConfig fields; flags override it")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument(
+        "--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals with"
+    )
     add_config_arguments(ap)
     args = ap.parse_args(argv)
     try:
         base = SynthConfig()
         if args.config:
-            data = yaml.safe_load(args.config.read_text()) or {}
+            data = yaml.safe_load(read_text(args.config)) or {}
             if not isinstance(data, dict):
                 raise ValueError(f"{args.config}: expected a mapping of SynthConfig fields")
             base = config_from_mapping(data, where=str(args.config))
         cfg = config_from_args(args, base)
-    except (ValueError, OSError, yaml.YAMLError) as exc:
+        signer = load_signer(args.signing_key)
+    except (ValueError, OSError, yaml.YAMLError, SigningKeyError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    manifest = generate_corpus(cfg, args.out, progress=not args.quiet)
+    try:
+        with staged_output(args.out, replace=replaceable_output(args.out), hint=NOT_OURS) as staged:
+            manifest = generate_corpus(cfg, staged, progress=not args.quiet, signer=signer)
+    except ManifestError as exc:
+        print(f"synth: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(
+            f"synth: error: {exc.filename or args.out}: {os_problem(exc)} ({args.out} is unchanged)",
+            file=sys.stderr,
+        )
+        return 1
     c = manifest["counts"]
     print(
         f"wrote {c['runs']} runs and {c['policy_cases']} policy cases to {args.out} (manifest: {args.out / 'manifest.json'})"

@@ -4,7 +4,8 @@
                                 [--role writer|reader|policy-writer ...] [--concurrency K]
                                 [--decoding configs/teacher/decoding.yaml] [--prices configs/teacher/prices.yaml]
                                 [--api-key-env OPENAI_API_KEY] [--max-attempts N] [--backoff-base S]
-                                [--timeout S] [--shard-size N] [--quiet]
+                                [--timeout S] [--max-response-bytes N] [--shard-size N] [--quiet]
+                                [--signing-key FILE] [--allow-unsealed]
 
 URL is the endpoint's base (``http://127.0.0.1:8000/v1``) or its full ``/chat/completions`` URL: vLLM,
 TGI, a hosted provider, or ``python eval/serve.py``. The API key is read from the environment variable
@@ -26,6 +27,8 @@ import os
 import sys
 from pathlib import Path
 
+from data_prep.inputs import InputError, os_problem
+from data_prep.signing import SigningKeyError, load_signer
 from data_prep.teacher_client.collect import ROLES, CollectConfig, CollectError, collect
 from data_prep.teacher_client.settings import (
     DEFAULT_DECODING,
@@ -64,9 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--backoff-base", type=float, default=1.0, help="first retry wait in seconds (doubles)")
     ap.add_argument("--backoff-max", type=float, default=60.0, help="longest wait between attempts")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    ap.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds per attempt, whole (not per read)"
+    )
+    ap.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=4 * 1024 * 1024,
+        help="longest answer read (a longer one is recorded as truncated, never held)",
+    )
     ap.add_argument("--shard-size", type=int, default=1000, help="records per output JSONL shard")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals")
+    ap.add_argument(
+        "--allow-unsealed", action="store_true", help="read a corpus without a complete, matching manifest"
+    )
     args = ap.parse_args(argv)
     try:
         cfg = CollectConfig(
@@ -80,21 +95,27 @@ def main(argv: list[str] | None = None) -> int:
                 backoff_base_s=args.backoff_base,
                 backoff_max_s=args.backoff_max,
                 timeout_s=args.timeout,
+                max_response_bytes=args.max_response_bytes,
             ),
             api_key_env=args.api_key_env,
             prices=args.prices,
             shard_size=args.shard_size,
+            signer=load_signer(args.signing_key),
+            allow_unsealed=args.allow_unsealed,
         )
         cfg.validate()
-    except SettingsError as exc:
+    except (SettingsError, SigningKeyError) as exc:
         print(f"teacher: error: {exc}", file=sys.stderr)
         return 2
     if not os.environ.get(args.api_key_env):
         print(f"teacher: note: {args.api_key_env} is not set; requests carry no API key", file=sys.stderr)
     try:
         manifest, session = collect(args.corpus, args.out, cfg, progress=not args.quiet)
-    except (CollectError, SettingsError, FileNotFoundError) as exc:
+    except (CollectError, SettingsError, FileNotFoundError, InputError) as exc:
         print(f"teacher: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"teacher: error: {exc.filename or args.out}: {os_problem(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("teacher: interrupted; rerun the same command to resume from the cache", file=sys.stderr)

@@ -2,14 +2,21 @@
 
 ``POST /v1/chat/completions`` (non-streaming, n=1; model, messages, max_tokens or
 max_completion_tokens, temperature, top_p, seed, stop) and ``GET /v1/models``. Requests are served on
-threads but generation is serialized with a lock: one model, one answer at a time. Errors use the
-OpenAI shape ``{"error": {"message", "type", "param", "code"}}``; a failing generation is a 500, so
-clients retry it. Each request is logged as one line on stderr (never headers, never bodies).
+a bounded pool of threads (``max_workers``; a connection beyond it gets a 503 at once) but generation
+is serialized with a lock: one model, one answer at a time. Errors use the OpenAI shape
+``{"error": {"message", "type", "param", "code"}}``; a failing generation is a 500, so clients retry
+it. Each request is logged as one line on stderr (never headers, never bodies).
+
+Robust to what clients send: every request's body is read (or the connection closed) before any
+answer, so keep-alive connections stay in step after a 404; each read of a connection times out
+(``read_timeout_s``), so idle and half-open sockets let go of their worker; a body that is not JSON,
+nests too deep, holds lone surrogates or anything else unusable gets a 400 that names no internals.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -18,8 +25,17 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from data_prep.canonical import StrictJSONError, loads_strict
+
 MAX_BODY_BYTES = 32 * 1024 * 1024
+READ_TIMEOUT_S = 15.0
+MAX_WORKERS = 16
 ROLES = ("system", "user", "assistant", "developer")
+_BUSY_BODY = b'{"error": {"message": "server busy, retry", "type": "server_error", "param": null, "code": null}}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class RequestError(ValueError):
@@ -128,8 +144,12 @@ class ChatServer(ThreadingHTTPServer):
         max_tokens_limit: int = 4096,
         prompt_error: type[Exception] | tuple[type[Exception], ...] = (),
         log: Callable[[str], None] | None = None,
+        max_workers: int = MAX_WORKERS,
+        read_timeout_s: float = READ_TIMEOUT_S,
     ):
         super().__init__(address, ChatHandler)
+        self.read_timeout_s = read_timeout_s
+        self.slots = threading.BoundedSemaphore(max_workers)
         self.model_id = model_id
         self.generate = generate
         self.max_tokens_default = max_tokens_default
@@ -145,11 +165,33 @@ class ChatServer(ThreadingHTTPServer):
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}/v1"
 
-    def handle_error(self, request, client_address) -> None:  # a client that went away is not news
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
+    def process_request(self, request, client_address) -> None:
+        """A worker per connection, at most ``max_workers``; beyond that a 503 and close, at once."""
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
             return
-        super().handle_error(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request, client_address) -> None:  # never a traceback, never a body
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError | socket.timeout):
+            return
+        self.log(f"connection error: {type(exc).__name__}")
 
     def completion(self, params: dict) -> dict:
         with self.lock:
@@ -191,21 +233,51 @@ class ChatHandler(BaseHTTPRequestHandler):
     server: ChatServer
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout_s  # every read of this connection, idle keep-alive too
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # one line per request is written by _send instead
 
     def _send(self, status: int, body: dict, t0: float, note: str = "") -> None:
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "replace")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
         path = self.path.split("?", 1)[0]
         self.server.log(f"{self.command} {path} {status} {time.monotonic() - t0:.3f}s{note}")
 
+    def _read_body(self, t0: float) -> bytes | None:
+        """The whole request body, read before any answer so the next request on this connection
+        starts where it should. None when an answer (and a close) was already sent."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self.close_connection = True
+            self._send(411, _error_body(411, "chunked bodies are not supported: send Content-Length"), t0)
+            return None
+        raw_length = self.headers.get("Content-Length")
+        try:
+            length = int(raw_length) if raw_length is not None else 0
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True  # the body cannot be skipped safely: the connection ends
+            self._send(413 if length > 0 else 400, _error_body(400, f"Content-Length must be 0-{MAX_BODY_BYTES}"), t0)
+            return None
+        data = self.rfile.read(length) if length else b""
+        if len(data) != length:
+            self.close_connection = True
+            return None
+        return data
+
     def do_GET(self) -> None:
         t0 = time.monotonic()
+        if self._read_body(t0) is None:
+            return
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/models", "/models"):
             model = {"id": self.server.model_id, "object": "model", "created": 0, "owned_by": "ledgerwright"}
@@ -217,33 +289,40 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         t0 = time.monotonic()
+        raw = self._read_body(t0)
+        if raw is None:
+            return
+        try:
+            self._post(raw, t0)
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - never a traceback and never internals to the client
+            self.server.log(f"POST error: {type(exc).__name__}")
+            self.close_connection = True
+            self._send(500, _error_body(500, "internal error"), t0)
+
+    def _post(self, raw: bytes, t0: float) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._send(404, _error_body(404, f"no route {path}"), t0)
             return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 < length <= MAX_BODY_BYTES:
-            self.close_connection = True
-            self._send(400, _error_body(400, f"Content-Length must be 1-{MAX_BODY_BYTES}"), t0)
+        if not raw:
+            self._send(400, _error_body(400, "the request needs a JSON body"), t0)
             return
-        raw = self.rfile.read(length)
         try:
-            body = json.loads(raw)
+            body = loads_strict(raw)
+        except StrictJSONError as exc:
+            self._send(400, _error_body(400, f"the body is not JSON the server accepts: {exc}"), t0)
+            return
+        try:
             params = parse_request(
                 body,
                 model_id=self.server.model_id,
                 max_tokens_default=self.server.max_tokens_default,
                 max_tokens_limit=self.server.max_tokens_limit,
             )
-        except ValueError as exc:  # RequestError, or a body that is not JSON
-            status = exc.status if isinstance(exc, RequestError) else 400
-            param = exc.param if isinstance(exc, RequestError) else None
-            code = exc.code if isinstance(exc, RequestError) else None
-            message = str(exc) if isinstance(exc, RequestError) else f"the body is not JSON: {exc}"
-            self._send(status, _error_body(status, message, param, code), t0)
+        except RequestError as exc:
+            self._send(exc.status, _error_body(exc.status, str(exc), exc.param, exc.code), t0)
             return
         try:
             result = self.server.completion(params)
@@ -251,7 +330,8 @@ class ChatHandler(BaseHTTPRequestHandler):
             self._send(400, _error_body(400, str(exc), "messages", "context_length_exceeded"), t0)
             return
         except Exception as exc:  # noqa: BLE001 - a generation failure is the server's error, retryable
-            self._send(500, _error_body(500, f"generation failed: {type(exc).__name__}: {exc}"), t0)
+            self.server.log(f"generation failed: {type(exc).__name__}: {exc}")
+            self._send(500, _error_body(500, "generation failed (the server log has the reason)"), t0)
             return
         u = result["usage"]
         note = f" prompt_tokens={u['prompt_tokens']} completion_tokens={u['completion_tokens']}"

@@ -30,6 +30,7 @@ from data_prep.manifest import (
     check_manifest,
     file_digests,
     sha256_file,
+    staged_build,
     write_manifest,
 )
 from data_prep.reconcile import reconcile
@@ -223,6 +224,7 @@ class Builder:
         self.stats = SanitizerStats()
         self.problems = Problems()
         self.family_split: dict[str, dict[str, str]] = {"workflow_families": {}, "case_families": {}}
+        self.check_run_seals = True
 
     # -- shared steps ----------------------------------------------------------------------------
     def _loader(self, task: str):
@@ -331,7 +333,7 @@ class Builder:
                     )
                     continue
                 seen[run.run_id] = file_index << 32 | lineno
-                integrity = verify_run(run)
+                integrity = verify_run(run, check_seal_digest=self.check_run_seals)
                 if integrity is not None:
                     self._reject(
                         RUN_TASKS,
@@ -567,16 +569,20 @@ def build(
     strict: bool = False,
     progress: bool = True,
     overwrite: bool = False,
+    allow_unsealed: bool = False,
 ) -> dict:
-    """Run the whole build; returns the manifest. Raises BuildError on unusable input or, with
-    ``strict``, on any problem."""
+    """Run the whole build; returns the manifest. Raises BuildError on unusable input, an unsealed
+    corpus (unless ``allow_unsealed``) or, with ``strict``, on any problem."""
     corpus, out = Path(corpus), Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise BuildError(f"{out}: output directory is not empty (pass --overwrite to replace it)")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # staged: written into a sibling directory, moved over ``out`` only when complete and sealed;
+    # the corpus must be a sealed stage output unless ``allow_unsealed`` (data_prep.manifest)
+    with staged_build(corpus, out, overwrite=overwrite, allow_unsealed=allow_unsealed, error=BuildError) as staged:
+        return _build(corpus, staged, cfg, strict=strict, progress=progress, sealed=not allow_unsealed)
+
+
+def _build(corpus: Path, out: Path, cfg: BuildConfig, *, strict: bool, progress: bool, sealed: bool) -> dict:
     b = Builder(cfg, out, progress=progress)
+    b.check_run_seals = not sealed  # a sealed corpus's manifest already proves its runs as written
     run_files, case_files, _ = corpus_files(corpus, b.problems, strict)
     corpus_manifest = None
     if (corpus / "manifest.json").is_file():

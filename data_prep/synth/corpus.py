@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
+from data_prep.integrity import seal_run
 from data_prep.records import SABOTAGE_TYPES, VERDICT_LABELS
 from data_prep.synth.config import (
     GENERATOR_NAME,
@@ -25,12 +27,14 @@ from data_prep.synth.policy_gen import DIMENSIONS, build_case
 MANIFEST_SCHEMA = "ledgerwright-manifest/v1"
 
 
-def iter_runs_generated(cfg: SynthConfig, start: int = 0, stop: int | None = None) -> Iterator[dict]:
-    """Runs ``start..stop`` (default: all ``cfg.runs``) as ``ledger-run/v1`` dicts; any slice of the
-    corpus is the same whichever process makes it."""
+def iter_runs_generated(
+    cfg: SynthConfig, start: int = 0, stop: int | None = None, *, signer: Any = None
+) -> Iterator[dict]:
+    """Runs ``start..stop`` (default: all ``cfg.runs``) as sealed ``ledger-run/v1`` dicts (signed when
+    ``signer`` is given); any slice of the corpus is the same whichever process makes it."""
     ctx = make_context(cfg)
     for i in range(start, cfg.runs if stop is None else stop):
-        yield build_run(ctx, i)
+        yield seal_run(build_run(ctx, i), signer)
 
 
 def iter_policy_cases(cfg: SynthConfig, start: int = 0, stop: int | None = None) -> Iterator[dict]:
@@ -129,7 +133,7 @@ class CaseStats:
         }
 
 
-def generate_corpus(cfg: SynthConfig, out_dir: Path, *, progress: bool = False) -> dict:
+def generate_corpus(cfg: SynthConfig, out_dir: Path, *, progress: bool = False, signer: Any = None) -> dict:
     """Write ``out_dir/runs/runs-NNNNN.jsonl``, ``out_dir/policy_cases/cases-NNNNN.jsonl`` and
     ``out_dir/manifest.json``; return the manifest. Same config and seed give byte-identical files."""
     cfg.validate()
@@ -140,7 +144,7 @@ def generate_corpus(cfg: SynthConfig, out_dir: Path, *, progress: bool = False) 
     with tqdm(total=cfg.runs, desc="runs", unit="run", disable=not progress, leave=False) as bar:
 
         def run_stream() -> Iterator[dict]:
-            for run in iter_runs_generated(cfg):
+            for run in iter_runs_generated(cfg, signer=signer):
                 bar.update(1)
                 yield runs.add(run)
 
@@ -168,6 +172,7 @@ def generate_corpus(cfg: SynthConfig, out_dir: Path, *, progress: bool = False) 
         },
         "counts": {**runs.to_dict(), **cases.to_dict()},
         "files": dict(sorted(files.items())),
+        "signing": {"key_id": signer.key_id} if signer is not None else None,
     }
     write_manifest(out_dir, manifest)
     return manifest

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from data_prep.canonical import dumps_canonical
+from data_prep.manifest import write_manifest as seal_manifest
 from data_prep.records import write_jsonl
 
 RUN_DIR, CASE_DIR = "runs", "policy_cases"
@@ -73,11 +73,14 @@ def write_rejects(out_dir: Path, rejects: list[dict]) -> dict[str, dict]:
 
 
 def write_manifest(out_dir: Path, manifest: dict) -> None:
-    (out_dir / MANIFEST).write_text(dumps_canonical(manifest) + "\n", encoding="utf-8")
+    """The stage's seal (``data_prep.manifest.write_manifest``: ``complete: true``, written atomically
+    as the last file), in canonical JSON."""
+    seal_manifest(out_dir, manifest, canonical=True)
 
 
 def verify_manifest(out_dir: Path) -> list[str]:
-    """Files whose sha256 differs from the manifest, or that are missing (empty list: all match)."""
+    """Files whose sha256 differs from the manifest, or that are missing (empty list: all match).
+    Consumers use ``data_prep.manifest.require_sealed``, which also refuses unsealed outputs."""
     import json
 
     manifest = json.loads((out_dir / MANIFEST).read_text())

@@ -43,8 +43,8 @@ from typing import Any
 from tqdm import tqdm
 
 from data_prep.canonical import dumps_canonical
-from data_prep.integrity import verify_run
-from data_prep.manifest import build_manifest, check_manifest, sha256_file, write_manifest
+from data_prep.integrity import seal_run, verify_run
+from data_prep.manifest import build_manifest, check_manifest, require_sealed, sha256_file, write_manifest
 from data_prep.oracle import RECORD_FIELDS
 from data_prep.policy_case import iter_policy_case_file, validate_policy_case, validate_record
 from data_prep.records import LineError, RecordError, Run, iter_jsonl
@@ -103,6 +103,8 @@ class CollectConfig:
     prompts_dir: str = "configs/prompts"
     prices: str | Path = DEFAULT_PRICES
     shard_size: int = 1000
+    signer: Any = None  # data_prep.signing.Signer: re-seals changed runs with a signature
+    allow_unsealed: bool = False  # read a corpus whose manifest is not a complete seal
 
     def validate(self) -> None:
         chat_url(self.endpoint)
@@ -279,14 +281,15 @@ class Collector:
     ) -> Exchange:
         if self.stopping.is_set():
             raise Interrupted(item)
-        params = self.cfg.decoding.request_params(task)
+        params = self.cfg.decoding.request_params(task, self.cfg.model)
         body = {"model": self.cfg.model, "messages": messages, **params}
         tag = f"{item}/{role}" + (f"/{turn}" if turn is not None else "")
         answer = self.client.complete(body, tag=tag)
         reply = answer.reply
         parsed = None
-        if not reply.ok:
-            status, content = "provider_error", None
+        if not reply.ok:  # an answer over the size cap is a truncated answer (not kept), not an outage
+            status = "truncated" if reply.error["kind"] == "response_too_large" else "provider_error"
+            content = None
             reason = f"{reply.error['kind']} after {reply.attempts} attempt(s)"
         else:
             status, content, reason = classify(reply.body)
@@ -378,6 +381,7 @@ class Collector:
         if prov:
             out["teacher"] = teacher
             out["provenance"] = _with_collection(run.get("provenance") or {}, prov)
+            out = seal_run(out, self.cfg.signer)  # the teacher's ledger and verdict are sealed content
         return ItemResult(out, calls, status)
 
     def process_case(self, case: dict) -> ItemResult:
@@ -494,15 +498,15 @@ def iter_input_cases(files: list[Path], corpus: Path, intake: Intake) -> Iterato
             yield value
 
 
-def corpus_files(corpus: Path) -> tuple[list[Path], list[Path]]:
+def corpus_files(corpus: Path, allow_unsealed: bool = False) -> tuple[list[Path], list[Path]]:
     """Run and case files of a corpus directory, after checking its manifest when it has one."""
     if not corpus.is_dir():
         raise CollectError(f"{corpus}: corpus directory does not exist")
-    if (corpus / MANIFEST).is_file():
+    if not allow_unsealed or (corpus / MANIFEST).is_file():
         try:
-            check_manifest(corpus, key="files")
+            (check_manifest(corpus, key="files") if allow_unsealed else require_sealed(corpus))
         except ValueError as exc:
-            raise CollectError(str(exc)) from None
+            raise CollectError(f"{exc} (refused; --allow-unsealed reads it anyway)") from None
     runs = sorted((corpus / RUN_DIR).glob("*.jsonl")) if (corpus / RUN_DIR).is_dir() else []
     cases = sorted((corpus / CASE_DIR).glob("*.jsonl")) if (corpus / CASE_DIR).is_dir() else []
     if not runs and not cases:
@@ -566,7 +570,7 @@ def collect(
     cfg.validate()
     if out.resolve() == corpus.resolve():
         raise CollectError(f"{out}: the output directory must differ from the corpus directory")
-    run_files, case_files = corpus_files(corpus)
+    run_files, case_files = corpus_files(corpus, cfg.allow_unsealed)
     prices_path = Path(cfg.prices)
     prices_label = _repo_label(prices_path)
     prices = load_prices(prices_path, label=prices_label)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from data_prep.inputs import read_text
 from data_prep.teacher_client.settings import SettingsError
 
 
@@ -50,8 +51,8 @@ def load_prices(path: str | Path, *, label: str | None = None) -> PriceTable:
     and notes refer to the file (a repo-relative path, never a machine path)."""
     src = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(read_text(path)) or {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         raise SettingsError(f"{src}: cannot read price table: {exc}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{src}: top level must be a mapping with currency and models")

@@ -8,11 +8,14 @@ and the field, so a typo never silently changes what the teacher is asked.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from data_prep.inputs import read_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DECODING = REPO_ROOT / "configs" / "teacher" / "decoding.yaml"
@@ -32,6 +35,20 @@ def _number(value: Any, where: str, *, minimum: float = 0.0, integer: bool = Fal
     return value
 
 
+TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+_COMPLETION_TOKENS_MODELS = re.compile(r"^(?:[\w.-]+/)?(?:o\d|gpt-5|gpt-4\.1|codex-)", re.IGNORECASE)
+
+
+def token_limit_field(model: str | None) -> str:
+    """The request field that caps the answer length for ``model``: newer OpenAI families (o1, o3,
+    o4-mini, gpt-4.1, gpt-5, ...) reject ``max_tokens`` and need ``max_completion_tokens``; every
+    other OpenAI-compatible server (vLLM, TGI, older models) takes ``max_tokens``. The endpoint
+    answers a 400 that names the other field by resending once with it."""
+    if model and _COMPLETION_TOKENS_MODELS.match(model.strip()):
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
 @dataclass(frozen=True)
 class TeacherDecoding:
     """What every request asks for besides the messages (``configs/teacher/decoding.yaml``)."""
@@ -43,13 +60,14 @@ class TeacherDecoding:
         default_factory=lambda: {"writer_action": 256, "reader_verdict": 512, "writer_memory": 2048}
     )
 
-    def request_params(self, task: str) -> dict:
+    def request_params(self, task: str, model: str | None = None) -> dict:
         """The decoding fields of a request body for ``task`` (stable key order is not needed: the
-        cache key is a canonical digest)."""
+        cache key is a canonical digest). The token limit is ``max_completion_tokens`` for model
+        families that refuse ``max_tokens`` (OpenAI o-series, gpt-5), else ``max_tokens``."""
         params: dict[str, Any] = {
             "temperature": self.temperature,
             "top_p": self.top_p,
-            "max_tokens": self.max_tokens[task],
+            token_limit_field(model): self.max_tokens[task],
         }
         if self.seed is not None:
             params["seed"] = self.seed
@@ -65,8 +83,8 @@ def load_decoding(path: str | Path | None = None) -> TeacherDecoding:
     values: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            loaded = yaml.safe_load(read_text(path)) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
             raise SettingsError(f"{src}: cannot read decoding settings: {exc}") from None
         if not isinstance(loaded, dict):
             raise SettingsError(f"{src}: top level must be a mapping")
@@ -106,11 +124,13 @@ class RetryPolicy:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     retry_after_max_s: float = 300.0
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # the whole attempt: connect, send, and the last byte of the answer
     connect_timeout_s: float = 10.0
+    max_response_bytes: int = 4 * 1024 * 1024  # a longer answer is "truncated", never held in full
 
     def __post_init__(self) -> None:
         _number(self.max_attempts, "max_attempts", minimum=1, integer=True)
+        _number(self.max_response_bytes, "max_response_bytes", minimum=1024, integer=True)
         for name in ("backoff_base_s", "backoff_max_s", "retry_after_max_s"):
             _number(getattr(self, name), name)
         for name in ("timeout_s", "connect_timeout_s"):

@@ -45,11 +45,12 @@ def test_synth_output_round_trips_byte_for_byte(tmp_path):
 
 def test_missing_inputs(tmp_path, capsys):
     missing = tmp_path / "not-there.jsonl"
-    assert importer_main(["--format", "runs", str(missing), "--out", str(tmp_path / "o"), "--quiet"]) == 0
-    (reject,) = [json.loads(line) for line in (tmp_path / "o" / "rejects.jsonl").read_text().splitlines()]
-    assert reject["line"] == 0 and reject["problem"].startswith("cannot open")
+    # an unreadable source is refused whole (exit 1, nothing written), never a partial corpus
+    assert importer_main(["--format", "runs", str(missing), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    assert f"{missing}: cannot open: No such file or directory" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
     (tmp_path / "d").mkdir()
     assert (
-        importer_main(["--format", "runs", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        importer_main(["--format", "runs", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     )
     assert "no input files" in capsys.readouterr().err

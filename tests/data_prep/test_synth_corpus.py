@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from data_prep.integrity import verify_run
+from data_prep.integrity import seal_run, verify_run
 from data_prep.reconcile import description_names_values, expected_label, reconcile
 from data_prep.records import Run, iter_runs, load_schema
 from data_prep.synth import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
@@ -317,7 +317,7 @@ def test_generation_is_order_independent():
     cfg = SynthConfig(runs=40, seed=21)
     full = list(iter_runs_generated(cfg))
     ctx = make_context(cfg)
-    assert build_run(ctx, 33) == full[33]
+    assert seal_run(build_run(ctx, 33)) == full[33]
     assert list(iter_runs_generated(cfg, 10, 14)) == full[10:14]
     assert (
         list(iter_policy_cases(SynthConfig(policy_cases=6, seed=21), 4, 6))

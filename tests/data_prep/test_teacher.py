@@ -413,6 +413,14 @@ def test_killed_collection_resumes_to_identical_bytes_without_repeating_requests
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL, "the collection finished before it could be killed"
         assert not (res / "manifest.json").exists()
+        from data_prep.manifest import ManifestError, require_sealed
+        from data_prep.sft.config import load_build_config
+        from data_prep.sft.pipeline import BuildError, build
+
+        with pytest.raises(ManifestError, match="missing manifest"):
+            require_sealed(res)  # the partial collection is refused by the next consumer
+        with pytest.raises(BuildError, match="missing manifest"):
+            build(res, tmp_path / "sft", load_build_config(REPO / "configs/data/default.yaml"), progress=False)
         cached = {json.loads(x)["key"] for x in cache.read_text().split("\n")[:-1]}  # complete lines
         assert 12 <= len(cached) < unique
         before = srv.snapshot()
@@ -427,6 +435,7 @@ def test_killed_collection_resumes_to_identical_bytes_without_repeating_requests
     assert len(keys) == unique and cached < keys
     assert _output_bytes(res) == _output_bytes(ref)
     assert len(_jsonl(res / "teacher_cache" / "cache.jsonl")) == unique
+    assert require_sealed(res)["complete"] is True  # the resumed collection is sealed (cache: a sidecar)
 
 
 # ---- input handling -------------------------------------------------------------------------------------
@@ -441,7 +450,8 @@ def test_bad_input_lines_are_quarantined_and_counted(corpus, tmp_path):
     )
     out = tmp_path / "out"
     with FakeOpenAI() as srv:
-        assert main(_argv(corpus=src, out=out, url=srv.url)) == 0
+        assert main(_argv(src, out, srv.url)) == 1  # a hand-made corpus has no seal: refused
+        assert main(_argv(src, out, srv.url, "--allow-unsealed")) == 0
     man = json.loads((out / "manifest.json").read_text())
     assert man["counts"]["runs"] == {
         "input": 4,

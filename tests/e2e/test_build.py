@@ -216,12 +216,12 @@ def test_bad_input_builds_what_it_can(corpus, tmp_path):
     runs.write_text("\n".join(lines) + "\n")
     (bad / "policy_cases" / "cases-00000.jsonl").unlink()  # a missing file
     script = ROOT / "data_prep" / "build.py"
-    res = subprocess.run(
-        [sys.executable, str(script), "--corpus", str(bad), "--out", str(tmp_path / "o1"), "--no-progress"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = [sys.executable, str(script), "--corpus", str(bad), "--out", str(tmp_path / "o1"), "--no-progress"]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 1  # the corpus no longer matches its seal: refused by default
+    assert "manifest.json" in refused.stderr and "--allow-unsealed" in refused.stderr
+    assert not (tmp_path / "o1").exists()
+    res = subprocess.run([*argv, "--allow-unsealed"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert f"{runs}:2: env_ledger.records[0]" in res.stderr
     assert f"{runs}:4: $: invalid JSON" in res.stderr
@@ -241,6 +241,7 @@ def test_bad_input_builds_what_it_can(corpus, tmp_path):
             str(tmp_path / "o2"),
             "--strict",
             "--no-progress",
+            "--allow-unsealed",
         ],
         capture_output=True,
         text=True,

@@ -107,7 +107,7 @@ def test_models_and_completions(stub_server):
             400,
             "context_length_exceeded",
         ),
-        ({"model": "stub", "messages": [{"role": "user", "content": "boom"}]}, 500, "device lost"),
+        ({"model": "stub", "messages": [{"role": "user", "content": "boom"}]}, 500, "generation failed"),
         (b"{not json", 400, "not JSON"),
     ],
 )
@@ -286,3 +286,128 @@ def test_serve_tiny_then_collect_build_and_rerun_without_requests(tiny_base, tmp
         except subprocess.TimeoutExpired:
             proc.kill()
     assert "stopped after" in log.read_text()
+
+
+# ---- hostile clients ------------------------------------------------------------------------------------
+def _raw_exchange(server, payload: bytes, responses: int, timeout: float = 10) -> list[tuple[int, bytes]]:
+    """Send ``payload`` on one connection; read ``responses`` HTTP responses back (status, body)."""
+    import socket
+
+    out = []
+    with socket.create_connection(server.server_address[:2], timeout=timeout) as s:
+        s.sendall(payload)
+        buf = b""
+        while len(out) < responses:
+            while b"\r\n\r\n" not in buf:
+                chunk = s.recv(65536)
+                assert chunk, f"connection closed after {len(out)} responses"
+                buf += chunk
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            status = int(head.split(b" ", 2)[1])
+            length = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
+            while len(buf) < length:
+                buf += s.recv(65536)
+            out.append((status, buf[:length]))
+            buf = buf[length:]
+    return out
+
+
+def _post(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def test_keep_alive_stays_in_step_after_errors(stub_server):
+    good = json.dumps({"model": "stub", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    # a 404 route with a body that looks like a request, a bad model, then a good request: one connection
+    smuggled = _post("/v1/chat/completions", good)
+    got = _raw_exchange(
+        stub_server, _post("/nowhere", smuggled) + _post("/v1/chat/completions", b'{"model": "x"}') + _post(
+            "/v1/chat/completions", good
+        ), 3,
+    )  # fmt: skip
+    assert [s for s, _ in got] == [404, 404, 200]
+    assert json.loads(got[2][1])["choices"][0]["message"]["content"].startswith("echo hi")
+
+
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nesting too deep"),
+        (b'{"model": "stub", "messages": [{"role": "user", "content": "\\ud800"}]}', "lone surrogate"),
+        (b'{"model": "stub", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}', "non-finite"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b'{"model": "stub", "model": "stub"}', "duplicate key"),
+    ],
+)
+def test_hostile_bodies_get_a_400_without_internals(stub_server, body, needle):
+    ((status, data),) = _raw_exchange(stub_server, _post("/v1/chat/completions", body), 1)
+    err = json.loads(data)["error"]
+    assert status == 400 and needle in err["message"]
+    assert "Traceback" not in err["message"] and "Error:" not in err["message"]
+
+
+def test_slow_sockets_do_not_take_every_worker():
+    import socket
+
+    server = ChatServer(
+        ("127.0.0.1", 0), model_id="stub", generate=stub_generate, log=lambda line: None,
+        max_workers=8, read_timeout_s=1.0,
+    )  # fmt: skip
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        idle = [socket.create_connection(server.server_address[:2]) for _ in range(300)]
+        for s in idle:
+            s.sendall(b"POST /v1/chat/comp")  # half a request line, then nothing
+        time.sleep(0.3)
+        assert threading.active_count() < 8 + 10  # bounded: not one thread per socket
+        t0 = time.monotonic()
+        deadline = t0 + 10
+        status = None
+        while time.monotonic() < deadline:  # the half-open sockets time out and free their workers
+            try:
+                status, _ = _call(server.url + "/models")
+                if status == 200:
+                    break
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.1)
+        assert status == 200 and time.monotonic() - t0 < 5
+        for s in idle:
+            s.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_official_openai_client_two_requests_on_one_connection(stub_server):
+    openai = pytest.importorskip("openai")
+    import httpx2 as httpx
+
+    ports = []
+    transport = httpx.HTTPTransport()
+
+    class Spy(httpx.BaseTransport):
+        def handle_request(self, request):
+            resp = transport.handle_request(request)
+            stream = resp.extensions.get("network_stream")
+            if stream is not None:
+                ports.append(stream.get_extra_info("socket").getsockname()[1])
+            return resp
+
+    client = openai.OpenAI(
+        base_url=stub_server.url, api_key="sk-none", max_retries=0, http_client=httpx.Client(transport=Spy())
+    )
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "a"}])
+    assert err.value.body["code"] == "model_not_found"
+    first = client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "a b"}], max_tokens=3)
+    second = client.chat.completions.create(
+        model="stub", messages=[{"role": "user", "content": "c"}], max_completion_tokens=8, seed=1
+    )
+    assert first.choices[0].message.content == "echo a b" and first.choices[0].finish_reason == "length"
+    assert second.choices[0].message.content.startswith("echo c") and second.usage.total_tokens > 0
+    assert [m.id for m in client.models.list().data] == ["stub"]
+    assert len(ports) == 4 and len(set(ports)) == 1  # all on one keep-alive connection
