@@ -115,13 +115,14 @@ def load_tasks(sft_dir: Path, tasks: list[str]) -> TaskData:
 
 
 def _read_build_manifest(sft_dir: Path) -> dict:
-    path = sft_dir / "manifest.json"
-    if not path.is_file():
-        return {}
+    """The build's manifest, only when it seals the directory (complete, every file listed and
+    unchanged): a killed or hand-edited build is refused, never trained on."""
+    from data_prep.manifest import ManifestError, require_sealed
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise DataError(f"{path}: unreadable manifest: {exc}") from exc
+        return require_sealed(sft_dir)
+    except ManifestError as exc:
+        raise DataError(f"{exc}; rebuild it with data_prep/build.py") from None
 
 
 def _manifest_fingerprint(manifest: dict, task: str, split: str) -> str | None:

@@ -235,7 +235,9 @@ def make_sft_fixture(
             splits[split] = rows
         DatasetDict({s: Dataset.from_list(r) for s, r in splits.items()}).save_to_disk(str(root / task))
         manifest["fingerprint"][task] = {s: _fingerprint(r) for s, r in splits.items()}
-    (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    from data_prep.manifest import file_digests, write_manifest
+
+    write_manifest(root, {**manifest, "outputs": file_digests(root)})  # sealed, as a build seals it
     return root
 
 

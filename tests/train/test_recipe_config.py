@@ -141,8 +141,23 @@ def test_bad_data_dir_errors(tmp_path, sft_dir):
 
     with pytest.raises(DataError, match="no such directory"):
         resolve_sft_dir(str(tmp_path / "nope"), tmp_path)
-    with pytest.raises(DataError, match="no SFT dataset for task 'writer_memory'"):
+    # a directory that no build sealed (no manifest), or one edited after its build, is refused
+    with pytest.raises(DataError, match="rebuild it with data_prep/build.py"):
         load_tasks(tmp_path, ["writer_memory"])
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(sft_dir, edited)
+    (edited / "writer_action" / "extra.json").write_text("{}")
+    with pytest.raises(DataError, match="rebuild it"):
+        load_tasks(edited, ["writer_action"])
+    from data_prep.manifest import file_digests, write_manifest
+
+    sealed = tmp_path / "sealed"
+    (sealed / "reader_verdict").mkdir(parents=True)
+    write_manifest(sealed, {"outputs": file_digests(sealed)})
+    with pytest.raises(DataError, match="no SFT dataset for task 'writer_memory'"):
+        load_tasks(sealed, ["writer_memory"])
 
 
 def test_truncation_is_counted(tiny_base, sft_dir, caplog):
