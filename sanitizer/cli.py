@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from sanitizer.core import DEFAULT_SALT, Sanitizer, check_rule
-from sanitizer.pseudonym import Pseudonymizer, derive_key
 from sanitizer.engine import HIDDEN_ID_RULE
+from sanitizer.pseudonym import Pseudonymizer, derive_key
 from sanitizer.report import Report
 from sanitizer.rules import DEFAULT_PACKS, RuleError, load_packs
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from sanitizer.engine import (
     DROP,
-    PSEUDONYMIZE,
     HIDDEN_ID_PLACEHOLDER,
     HIDDEN_ID_RULE,
+    PSEUDONYMIZE,
     CompiledRule,
     Engine,
     Finding,
@@ -310,9 +310,7 @@ class Sanitizer:
         drops: list[str] = []
         if has_invisible(text):
             stripped = text.translate(_INVISIBLE)
-            findings.append(
-                Finding(INVISIBLE_RULE, "strip", path, 0, len(text) - len(stripped), "", context)
-            )
+            findings.append(Finding(INVISIBLE_RULE, "strip", path, 0, len(text) - len(stripped), "", context))
             text = stripped
         for _ in range(self.max_passes):
             b = text.encode("utf-8", "surrogatepass")
@@ -767,7 +765,9 @@ def check_rule(rule: Rule, salt: str = DEFAULT_SALT, companions: Sequence[Rule] 
         rule = dataclasses.replace(rule, action="redact")
     others: list[Rule] = []
     if rule.validate == "base64_secret":  # it confirms by running the other secret rules on decoded text
-        others = [r for r in companions if r.id != rule.id and r.validate != "base64_secret" and r.pii is None]
+        others = [
+            r for r in companions if r.id != rule.id and r.validate != "base64_secret" and r.pii is None
+        ]
     try:
         san = Sanitizer([rule, *others], salt=salt, self_test=False)
     except RuleError as exc:

@@ -127,9 +127,7 @@ def _email(stream: bytes, norm: str) -> str:
 
 def _iban(stream: bytes, norm: str) -> str:
     country, bban = norm[:2], norm[4:]
-    body = "".join(
-        _pick(stream, i, _DIGITS if c.isdigit() else _LETTERS) for i, c in enumerate(bban)
-    )
+    body = "".join(_pick(stream, i, _DIGITS if c.isdigit() else _LETTERS) for i, c in enumerate(bban))
     numeric = "".join(str(int(ch, 36)) for ch in body + country + "00")
     return f"{country}{98 - int(numeric) % 97:02d}{body}"
 
