@@ -174,7 +174,19 @@ class Sanitizer:
         return pseudo
 
     def _base64_secret(self, seg: bytes) -> tuple[int, int] | None:
-        """A base64 (or base64url) run whose decoded text holds a secret another rule finds."""
+        """A base64 (or base64url) run whose decoded text holds a secret another rule finds; a run
+        glued to an id by ``-`` or ``_`` (``c3-QUtJ...``) is also tried from after each of them."""
+        if self._base64_holds_secret(seg):
+            return 0, len(seg)
+        for i, c in enumerate(seg):
+            if c in b"-_" and len(seg) - i > 16 and self._base64_holds_secret(seg[i + 1 :]):
+                return i + 1, len(seg)
+        return None
+
+    def _base64_holds_secret(self, seg: bytes) -> bool:
+        return self._base64_check(seg) is not None
+
+    def _base64_check(self, seg: bytes) -> tuple[int, int] | None:
         raw = seg.rstrip(b"=")
         if len(raw) < 16 or raw.lower() == raw or raw.upper() == raw:
             return None  # base64 of text has both cases; a lower-case identifier is not base64
