@@ -280,9 +280,9 @@ class Sanitizer:
             info = self._path_info(None, _concrete_to_npath(path))
             allowed, dyn_ok, quote_ix = info.allowed, info.dynamic, info.quotes
         literals = []
-        dyn = literal_regex(tuple(dynamic_literals)) if dyn_ok else None
+        dyn = _hidden_rule(tuple(dynamic_literals)) if dyn_ok and dynamic_literals else None
         if dyn is not None:
-            literals.append(LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, dyn))
+            literals.append(dyn)
         quote_literals = tuple(quote_literals)
         for qi in quote_ix:
             lr = self._quote_literal_rule(qi, quote_literals)
@@ -290,6 +290,17 @@ class Sanitizer:
                 literals.append(lr)
         out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context)
         return out, findings, bool(drops)
+
+    def may_match(self, text: str, path: str | None = None) -> bool:
+        """Whether a rule that applies at ``path`` may match in ``text`` (one set pass; literal
+        rules not counted): False means :meth:`sanitize_text` would change nothing."""
+        hits = self._engine.hits(text.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return False
+        if path is None:
+            return True
+        allowed = self._path_info(None, _concrete_to_npath(path)).allowed
+        return allowed is None or any(h in allowed for h in hits)
 
     def _quotable(self, text: str, min_length: int) -> bool:
         """A source string long enough to be a quote once placeholders (earlier redactions) are
@@ -660,6 +671,15 @@ def _strings_at(record: dict, dotted: str) -> list[str]:
     return []
 
 
+@functools.lru_cache(maxsize=1024)
+def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
+    """The hidden-identifier rule for one workflow's identifiers (made once per list)."""
+    rx = literal_regex(literals)
+    return (
+        None if rx is None else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx)
+    )
+
+
 @functools.lru_cache(maxsize=256)
 def _dotted_parts(dotted: str) -> tuple[str, ...]:
     return tuple(dotted.split("."))
@@ -736,6 +756,7 @@ def _join(items: list, idx: list[int]) -> bytes:
     return "\n".join([items[n][2] for n in idx]).encode("utf-8", "surrogatepass")
 
 
+@functools.lru_cache(maxsize=4096)
 def _concrete_to_npath(path: str) -> str:
     try:
         return normalize_selector(path)

@@ -27,7 +27,7 @@ HIDDEN_ID_PLACEHOLDER = "[HIDDEN_ID]"
 
 def re2_options() -> re2.Options:
     opts = re2.Options()
-    opts.max_mem = 64 << 20  # room for the DFA of the combined set; RE2 stays linear regardless
+    opts.max_mem = 256 << 20  # room for the DFA of the combined set; RE2 stays linear regardless
     opts.log_errors = False
     return opts
 

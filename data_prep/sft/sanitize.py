@@ -25,6 +25,7 @@ from typing import Any
 
 from data_prep.sft.render import compact
 from sanitizer import Finding, Sanitizer
+from sanitizer.core import has_invisible
 from sanitizer.pseudonym import Pseudonymizer, derive_key
 
 KEY_ENV = "LEDGERWRIGHT_PSEUDONYM_KEY_FILE"
@@ -125,19 +126,23 @@ class ExampleSanitizer:
     def _text(
         self, text: str, path: str, hidden: tuple[str, ...], context: str
     ) -> tuple[str, list[Finding], list[str]]:
-        new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context)
-        if not fnd or text[:1] not in "{[":
-            return new, fnd, [f.rule_id for f in fnd if f.action == "drop"] if dropped else []
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        if value is None or compact(value) != text:
+        value = None
+        if text[:1] in "{[" and text[-1:] in "}]":
+            if not hidden and not has_invisible(text) and not self.san.may_match(text, path):
+                return text, [], []  # nothing can match: the common case, one set pass
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
+            if value is not None and compact(value) != text:
+                value = None
+        if value is None:
+            new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context)
             return new, fnd, [f.rule_id for f in fnd if f.action == "drop"] if dropped else []
         findings: list[Finding] = []
         drops: list[str] = []
-        value = self._walk(value, path, hidden, context, findings, drops)
-        return compact(value), findings, drops
+        new_value = self._walk(value, path, hidden, context, findings, drops)
+        return (compact(new_value) if findings else text), findings, drops
 
     def _walk(self, v: Any, path: str, hidden, context, findings: list, drops: list) -> Any:
         t = type(v)
