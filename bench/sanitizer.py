@@ -256,19 +256,33 @@ def run_rendered(examples, scrub, base) -> dict:
         base.sanitize_messages(task, msgs, hidden)
     re_cpu, re_wall = time.process_time() - cpu, time.perf_counter() - wall
     return {
-        "corpus": "rendered examples, every turn (planted corpus)",
-        "records": len(examples),
+        **_rates(
+            "rendered examples, every turn (planted corpus)",
+            len(examples),
+            mb,
+            re2_cpu,
+            re2_wall,
+            re_cpu,
+            re_wall,
+        ),
+        "findings": sum(len(f) for _m, f, _d in outs),
+        "changed_records": sum(bool(f) for _m, f, _d in outs),
+        "dropped_records": sum(bool(d) for _m, _f, d in outs),
+        "raw_line_prefiltered": 0.0,
+        "identical_output_lines": "-",
+    }
+
+
+def _rates(corpus: str, records: int, mb: float, re2_cpu, re2_wall, re_cpu, re_wall) -> dict:
+    return {
+        "corpus": corpus,
+        "records": records,
         "mb": round(mb, 2),
         "re2_set_mb_s_cpu": round(mb / re2_cpu, 1),
         "re2_set_mb_s_wall": round(mb / re2_wall, 1),
         "python_re_mb_s_cpu": round(mb / re_cpu, 1),
         "python_re_mb_s_wall": round(mb / re_wall, 1),
         "speedup_cpu": round(re_cpu / re2_cpu, 2),
-        "findings": sum(len(f) for _m, f, _d in outs),
-        "changed_records": sum(bool(f) for _m, f, _d in outs),
-        "dropped_records": sum(bool(d) for _m, _f, d in outs),
-        "raw_line_prefiltered": 0.0,
-        "identical_output_lines": "-",
     }
 
 
@@ -325,14 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         prefiltered = sum(san.sanitize_json_line(x).prefiltered for x in lines[:2000]) / min(2000, len(lines))
         results.append(
             {
-                "corpus": variant,
-                "records": len(lines),
-                "mb": round(mb, 2),
-                "re2_set_mb_s_cpu": round(mb / re2_cpu, 1),
-                "re2_set_mb_s_wall": round(mb / re2_wall, 1),
-                "python_re_mb_s_cpu": round(mb / re_cpu, 1),
-                "python_re_mb_s_wall": round(mb / re_wall, 1),
-                "speedup_cpu": round(re_cpu / re2_cpu, 2),
+                **_rates(variant, len(lines), mb, re2_cpu, re2_wall, re_cpu, re_wall),
                 "findings": rep.findings,
                 "changed_records": rep.changed,
                 "dropped_records": rep.dropped,
