@@ -1,7 +1,14 @@
-"""Throughput of ``sanitizer apply`` (all packs) on a realistic ledger corpus, beside the same rules
-applied one after another with Python's ``re`` in the same run.
+"""Throughput of the sanitizer (all packs) on what the build sanitizes, beside the same rules applied
+one after another with Python's ``re`` in the same run.
 
-    python bench/sanitizer.py [--records 12000] [--seed 7] [--md OUT.md] [--json OUT.json]
+    python bench/sanitizer.py [--runs 1500] [--records 12000] [--seed 7] [--md OUT.md] [--json OUT.json]
+
+First row, the build's workload: every turn of every rendered example (writer and reader tasks, policy
+cases too) of a synthetic corpus with planted secrets and personal data in every field
+(``data_prep.sft.planted``), sanitized message by message with the field path ``<task>.<role>``
+(``data_prep.sft.sanitize.ExampleSanitizer``: one rule set, personal data pseudonymized). The
+baseline applies each applicable rule in turn with ``re`` (same confirmers, same surrogates). The
+other rows are the CLI's ``apply`` loop over ledger records.
 
 The corpus is ``sanitizer.corpus.bench_corpus``: ledger-run records (model_ledger entries with ordinary
 descriptions, a teacher verdict, metadata with hidden identifiers), 3% of them carrying a planted
@@ -37,6 +44,7 @@ from sanitizer.cli import process_stream  # noqa: E402
 from sanitizer.core import _rebuild, hidden_ids  # noqa: E402
 from sanitizer.corpus import bench_corpus  # noqa: E402
 from sanitizer.engine import HIDDEN_ID_PLACEHOLDER  # noqa: E402
+from sanitizer.fieldpath import covered_by_any  # noqa: E402
 from sanitizer.report import Report  # noqa: E402
 
 
@@ -50,10 +58,15 @@ class SequentialRe:
         for r in san.rules:
             if r.kind == "quote":
                 continue
-            rx = re.compile(r.pattern)
-            close = re.compile(r.close) if r.close else None
-            allow = [re.compile(p) for p in r.allow_patterns]
-            self.rules.append((r, rx, close, allow, VALIDATORS.get(r.validate) if r.validate else None))
+            rx = re.compile(py_pattern(r.pattern))
+            close = re.compile(py_pattern(r.close)) if r.close else None
+            allow = [re.compile(py_pattern(p)) for p in r.allow_patterns]
+            check = VALIDATORS.get(r.validate) if r.validate else None
+            if r.validate == "base64_secret":
+                check = san._base64_secret  # the same confirmation work as the engine's
+            self.rules.append((r, rx, close, allow, check))
+        pseudo = san.pseudonymizer
+        self.surrogate = (lambda cls, seg: pseudo.surrogate(cls, seg)) if pseudo is not None else None
         self._lit_cache: dict[tuple, re.Pattern] = {}
 
     def _literal_rx(self, lits: tuple[str, ...]) -> re.Pattern | None:
@@ -129,7 +142,7 @@ class SequentialRe:
             if s < pos:
                 continue
             out.append(text[pos:s])
-            out.append(rep)
+            out.append(self.surrogate(rule.pii, text[s:e]) if rule.action == "pseudonymize" else rep)
             pos = e
         out.append(text[pos:])
         return "".join(out), len(spans), False
@@ -159,6 +172,119 @@ class SequentialRe:
                 changes.append((keys + (k,), text))
         return SanitizeResult(_rebuild(record, changes) if changes else record, [], dropped, [])
 
+    def sanitize_messages(self, task: str, messages: list[dict], hidden: tuple[str, ...]) -> list[dict]:
+        """Every turn, each applicable rule in turn (the rule's fields against ``<task>.<role>``)."""
+        dyn = self._literal_rx(hidden) if hidden else None
+        out = []
+        for m in messages:
+            npath = f"{task}.{m['role']}"
+            text = m["content"]
+            for rule, rx, close, allow, check in self.rules:
+                if covered_by_any(rule.fields, npath) and not covered_by_any(rule.exclude_fields, npath):
+                    text = self._apply_rule(text, rule, rx, close, allow, check)[0]
+            if dyn is not None:
+                text = dyn.sub(HIDDEN_ID_PLACEHOLDER, text)
+            out.append({**m, "content": text})
+        return out
+
+
+def py_pattern(p: str) -> str:
+    """An RE2 pattern in Python ``re`` syntax (``\\p{Z}`` and ``\\x{....}`` spelled out)."""
+    spaces = "\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000 "
+    p = p.replace("\\p{Z}", spaces)
+    return re.sub(r"\\x\{([0-9A-Fa-f]{4})\}", lambda m: "\\u" + m.group(1), p)
+
+
+def rendered_corpus(runs: int, seed: int) -> list[tuple[str, list[dict], tuple[str, ...]]]:
+    """``(task, messages, hidden ids)`` for every example the build would render from a planted
+    synthetic corpus (before any filter: every run, both run tasks; every case's memory task)."""
+    import tempfile
+
+    from data_prep.sft.planted import plant_corpus
+    from data_prep.sft.render import (
+        Prompts,
+        render_reader_verdict,
+        render_writer_action,
+        render_writer_memory,
+    )
+    from data_prep.synth import SynthConfig, generate_corpus
+
+    prompts = Prompts(ROOT / "configs" / "prompts")
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "src", Path(tmp) / "planted"
+        generate_corpus(
+            SynthConfig(runs=runs, policy_cases=max(1, runs // 20), seed=seed), src, progress=False
+        )
+        plant_corpus(src, dst, seed=seed)
+        for path in sorted((dst / "runs").glob("*.jsonl")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    run = json.loads(line)
+                    hidden = tuple(run["metadata"].get("hidden_identifiers", []))
+                    entries = {e["call_id"]: e for e in run["model_ledger"] or []}
+                    if all(c["call_id"] in entries for c in run["trajectory"]):
+                        msgs = render_writer_action(run, entries, prompts.text["writer_action"])
+                        out.append(("writer_action", msgs, hidden))
+                    if run["teacher"]["verdict"]:
+                        msgs = render_reader_verdict(run, prompts.text["reader_verdict"])
+                        out.append(("reader_verdict", msgs, hidden))
+                except (ValueError, KeyError, TypeError):
+                    continue  # the planted broken records
+        for path in sorted((dst / "policy_cases").glob("*.jsonl")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                case = json.loads(line)
+                memory = (case.get("teacher") or {}).get("memory") or []
+                msgs = render_writer_memory(case, memory, prompts.text["writer_memory"])
+                out.append(
+                    ("writer_memory", msgs, tuple(case.get("metadata", {}).get("hidden_identifiers", [])))
+                )
+    return out
+
+
+def run_rendered(examples, scrub, base) -> dict:
+    from data_prep.sft.sanitize import ExampleSanitizer  # noqa: F401 (the engine under test)
+
+    mb = sum(len(m["content"].encode()) for _t, msgs, _h in examples for m in msgs) / 1e6
+    for task, msgs, hidden in examples[:200]:  # warm caches
+        scrub.messages(task, msgs, hidden)
+    wall, cpu = time.perf_counter(), time.process_time()
+    outs = [scrub.messages(task, msgs, hidden) for task, msgs, hidden in examples]
+    re2_cpu, re2_wall = time.process_time() - cpu, time.perf_counter() - wall
+    wall, cpu = time.perf_counter(), time.process_time()
+    for task, msgs, hidden in examples:
+        base.sanitize_messages(task, msgs, hidden)
+    re_cpu, re_wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {
+        **_rates(
+            "rendered examples, every turn (planted corpus)",
+            len(examples),
+            mb,
+            re2_cpu,
+            re2_wall,
+            re_cpu,
+            re_wall,
+        ),
+        "findings": sum(len(f) for _m, f, _d in outs),
+        "changed_records": sum(bool(f) for _m, f, _d in outs),
+        "dropped_records": sum(bool(d) for _m, _f, d in outs),
+        "raw_line_prefiltered": 0.0,
+        "identical_output_lines": "-",
+    }
+
+
+def _rates(corpus: str, records: int, mb: float, re2_cpu, re2_wall, re_cpu, re_wall) -> dict:
+    return {
+        "corpus": corpus,
+        "records": records,
+        "mb": round(mb, 2),
+        "re2_set_mb_s_cpu": round(mb / re2_cpu, 1),
+        "re2_set_mb_s_wall": round(mb / re2_wall, 1),
+        "python_re_mb_s_cpu": round(mb / re_cpu, 1),
+        "python_re_mb_s_wall": round(mb / re_wall, 1),
+        "speedup_cpu": round(re_cpu / re2_cpu, 2),
+    }
+
 
 def make_corpus(n: int, seed: int, escaped: bool) -> list[bytes]:
     recs = bench_corpus(random.Random(seed), n, plant_rate=0.03)
@@ -180,6 +306,7 @@ def run(engine, lines: list[bytes], rule_actions: dict) -> tuple[float, float, b
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=1500, help="synthetic runs rendered for the first row")
     ap.add_argument("--records", type=int, default=12000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--md", default=None, help="write the results as markdown here")
@@ -194,7 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - t
     base = SequentialRe(san)
     actions = {r.id: r.action for r in san.rules}
-    results = []
+    from data_prep.sft.config import load_build_config
+    from data_prep.sft.sanitize import ExampleSanitizer
+
+    cfg = load_build_config(ROOT / "configs" / "data" / "default.yaml")
+    scrub = ExampleSanitizer([*cfg.sanitizer_packs, *cfg.writer_text_packs], b"bench-key" * 4, cfg.pii_modes)
+    examples = rendered_corpus(args.runs, args.seed)
+    results = [run_rendered(examples, scrub, SequentialRe(scrub.san))]
     for variant, escaped in (("ledger corpus", False), ('ledger corpus, rationales with \\" escapes', True)):
         lines = make_corpus(args.records, args.seed, escaped)
         mb = sum(map(len, lines)) / 1e6
@@ -206,14 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         prefiltered = sum(san.sanitize_json_line(x).prefiltered for x in lines[:2000]) / min(2000, len(lines))
         results.append(
             {
-                "corpus": variant,
-                "records": len(lines),
-                "mb": round(mb, 2),
-                "re2_set_mb_s_cpu": round(mb / re2_cpu, 1),
-                "re2_set_mb_s_wall": round(mb / re2_wall, 1),
-                "python_re_mb_s_cpu": round(mb / re_cpu, 1),
-                "python_re_mb_s_wall": round(mb / re_wall, 1),
-                "speedup_cpu": round(re_cpu / re2_cpu, 2),
+                **_rates(variant, len(lines), mb, re2_cpu, re2_wall, re_cpu, re_wall),
                 "findings": rep.findings,
                 "changed_records": rep.changed,
                 "dropped_records": rep.dropped,
@@ -229,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         "cores_used": 1 if not args.no_pin else os.cpu_count(),
         "packs_load_s": round(load_s, 3),
         "rules": len(san.rules),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "seed": args.seed,
     }
     md = _markdown(meta, results)

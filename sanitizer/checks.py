@@ -6,6 +6,8 @@ None when the candidate is a look-alike.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable
 
 # Issuer prefixes (IIN ranges) of the card networks: Visa, Mastercard (51-55, 2221-2720), Amex (34, 37),
@@ -138,8 +140,34 @@ def credential(matched: bytes) -> tuple[int, int] | None:
     return (0, len(matched)) if classes >= 2 else None
 
 
+_DIGIT_BYTES = b"0123456789"
+ENTROPY_WINDOW = 4096
+
+
+def high_entropy(matched: bytes) -> tuple[int, int] | None:
+    """A random key, not a word or a digest: upper-case, lower-case letters and digits all present and
+    at least 4.2 bits of Shannon entropy per character (random base64 of 40 characters has about 4.7,
+    an English CamelCase identifier about 4.0, a hex digest lacks upper case). The entropy of a long
+    run is taken over its first ``ENTROPY_WINDOW`` bytes."""
+    n = len(matched)
+    if n < 20 or matched.lower() == matched or matched.upper() == matched:
+        return None
+    if len(matched.translate(None, _DIGIT_BYTES)) == n:
+        return None
+    window = matched[:ENTROPY_WINDOW]
+    k = len(window)
+    bits = -sum(c / k * math.log2(c / k) for c in Counter(window).values())
+    return (0, n) if bits >= 4.2 else None
+
+
+def _never(matched: bytes) -> tuple[int, int] | None:
+    return None  # replaced by the Sanitizer, which knows the other rules (see core.Sanitizer)
+
+
 VALIDATORS: dict[str, Callable[[bytes], tuple[int, int] | None]] = {
     "card": card,
     "iban": iban,
     "credential": credential,
+    "high_entropy": high_entropy,
+    "base64_secret": _never,
 }

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from sanitizer.core import DEFAULT_SALT, Sanitizer, check_rule
 from sanitizer.engine import HIDDEN_ID_RULE
+from sanitizer.pseudonym import Pseudonymizer, derive_key
 from sanitizer.report import Report
 from sanitizer.rules import DEFAULT_PACKS, RuleError, load_packs
 
@@ -119,8 +120,28 @@ def _eprint(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
+def _pii_modes(text: str | None) -> dict[str, str]:
+    out = {}
+    for item in _csv(text) or []:
+        cls, sep, mode = item.partition("=")
+        if not sep:
+            raise RuleError("pii_modes", f"expected class=mode, got {item!r}")
+        out[cls.strip()] = mode.strip()
+    return out
+
+
 def _build(args: argparse.Namespace) -> Sanitizer:
-    return Sanitizer.from_packs(_csv(args.packs) or list(DEFAULT_PACKS), args.packs_dir, salt=args.salt)
+    key = None
+    key_file = getattr(args, "key_file", None)
+    if key_file:
+        try:
+            key = derive_key(Path(key_file).read_bytes())
+        except OSError as exc:
+            raise RuleError("key_file", f"{key_file}: cannot read ({exc.strerror})") from None
+    pseudo = Pseudonymizer(key, _pii_modes(getattr(args, "pii_modes", None)))
+    return Sanitizer.from_packs(
+        _csv(args.packs) or list(DEFAULT_PACKS), args.packs_dir, salt=args.salt, pseudonymizer=pseudo
+    )
 
 
 def _run(args: argparse.Namespace, mode: str) -> int:
@@ -200,11 +221,12 @@ def _rules(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     failed = 0
     rules = []
+    all_rules = [r for pack in packs if pack.name == "secrets" for r in pack.rules]
     for pack in packs:
         print(f"{pack.name}  ({pack.path})  {pack.description}")
         for r in pack.rules:
             rules.append(r)
-            problems = check_rule(r, args.salt)
+            problems = check_rule(r, args.salt or DEFAULT_SALT, companions=all_rules)
             failed += bool(problems)
             fields = "*" if r.fields is None else ",".join(r.fields)
             what = r.placeholder or r.action
@@ -234,7 +256,21 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--packs-dir", default=None, help="directory of pack YAML files (default configs/sanitizer)"
     )
-    common.add_argument("--salt", default=DEFAULT_SALT, help="salt for the hashes of matched text in reports")
+    common.add_argument(
+        "--salt",
+        default=None,
+        help="private salt for the hashes of matched text in reports (default: random per run)",
+    )
+    common.add_argument(
+        "--key-file",
+        default=None,
+        help="secret key file for pseudonymizing personal data (default: a random key per run)",
+    )
+    common.add_argument(
+        "--pii-modes",
+        default=None,
+        help="per personal-data class: email=keep,iban=redact,... (default: pseudonymize all)",
+    )
 
     stream = argparse.ArgumentParser(add_help=False)
     stream.add_argument(

@@ -12,8 +12,12 @@ unchanged sub-objects with it). Sanitizing is repeated on a changed string until
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import functools
 import json
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +27,38 @@ from sanitizer.engine import (
     DROP,
     HIDDEN_ID_PLACEHOLDER,
     HIDDEN_ID_RULE,
+    PSEUDONYMIZE,
     CompiledRule,
     Engine,
     Finding,
     LiteralRule,
     apply_spans,
+    block_spans,
+    confirmed_spans,
     literal_regex,
     resolve,
 )
 from sanitizer.fieldpath import covered_by_any, covers, format_path, normalize_selector
+from sanitizer.pseudonym import Pseudonymizer
 from sanitizer.rules import DEFAULT_PACKS, Rule, RuleError, load_packs
 
+# Only for rule self-tests (their findings never leave the process). Reports get a random salt unless
+# the caller passes a private one: a public salt lets anyone brute-force the hash of a short secret.
 DEFAULT_SALT = "ledgerwright-sanitizer-v1"
+INVISIBLE_RULE = "normalize.invisible_chars"
+# Zero-width and other invisible format characters: deleted before matching, so a key split by one
+# (AKIA\u200b...) is found whole. They carry no meaning in ledger text.
+INVISIBLE_CHARS = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u2061\u2062\u2063\u2064"
+_INVISIBLE = dict.fromkeys(map(ord, INVISIBLE_CHARS))
+
+
+def has_invisible(text: str) -> bool:
+    return not text.isascii() and any(c in text for c in INVISIBLE_CHARS)
+
+
+_B64_ALT = bytes.maketrans(b"-_", b"+/")
+_TEXT_BYTES = bytes([9, 10, 13, *range(32, 127)])
+BASE64_WINDOW = 16384  # a base64 run longer than this is checked on its first 16 KiB
 DEFAULT_PROTECTED_KEYS = ("call_id", "cited_call_ids", "target_call_ids", "run_id", "workflow_id", "schema")
 DEFAULT_DYNAMIC_EXCLUDE = ("metadata.hidden_identifiers",)
 HIDDEN_ID_PRIORITY = 90
@@ -76,19 +100,21 @@ class Sanitizer:
         self,
         rules: Sequence[Rule],
         *,
-        salt: str = DEFAULT_SALT,
+        salt: str | None = None,
         protected_keys: Iterable[str] = DEFAULT_PROTECTED_KEYS,
         dynamic_exclude: Iterable[str] = DEFAULT_DYNAMIC_EXCLUDE,
         max_passes: int = 4,
         self_test: bool = True,
+        pseudonymizer: Pseudonymizer | None = None,
     ):
         ids = [r.id for r in rules]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
             raise RuleError(sorted(dup)[0], "duplicate rule id")
-        self.rules: tuple[Rule, ...] = tuple(rules)
-        self.salt = salt
-        self._salt = salt.encode()
+        self.pseudonymizer = pseudonymizer
+        self.rules: tuple[Rule, ...] = tuple(self._apply_modes(rules))
+        self.salt = secrets.token_hex(16) if salt is None else salt
+        self._salt = self.salt.encode()
         self.protected_keys = frozenset(protected_keys)
         self.dynamic_exclude = tuple(normalize_selector(s) for s in dynamic_exclude)
         self.max_passes = max(1, max_passes)
@@ -98,6 +124,16 @@ class Sanitizer:
         )
         self._engine = Engine([c for c in compiled if c.kind != "quote"], self._placeholders)
         self._quote_rules = [c for c in compiled if c.kind == "quote"]
+        self._b64_inner = [c for c in self._engine.set_rules if c.rule.validate != "base64_secret"]
+        for c in compiled:
+            if c.rule.validate == "base64_secret":
+                c.check = self._base64_secret
+            if c.action == PSEUDONYMIZE:
+                if self.pseudonymizer is None:
+                    self.pseudonymizer = Pseudonymizer()  # a random key: surrogates differ per instance
+                c.pseudo = self._pseudo_fn(c.rule.pii)
+                c.surrogates = self.pseudonymizer.made
+                c.surrogate_lengths = self.pseudonymizer.made_lengths
         self._path_cache: dict[tuple[str, ...] | None, dict[str, _PathInfo]] = {}
         self._fields_norm: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._exempt_cache: dict[str, bool] = {}
@@ -109,6 +145,77 @@ class Sanitizer:
                 raise RuleError(p.rule_id, p.reason + more)
 
     # ------------------------------------------------------------------ construction
+    def _apply_modes(self, rules: Sequence[Rule]) -> list[Rule]:
+        """Personal-data rules follow their class's mode: keep (rule left out), redact, pseudonymize."""
+        out = []
+        for r in rules:
+            if r.action == PSEUDONYMIZE:
+                mode = self.pseudonymizer.mode(r.pii) if self.pseudonymizer is not None else PSEUDONYMIZE
+                if mode == "keep":
+                    continue
+                if mode == "redact":
+                    r = dataclasses.replace(r, action="redact")
+            out.append(r)
+        return out
+
+    def _pseudo_fn(self, cls: str):
+        make = self.pseudonymizer.surrogate
+        cache: dict[bytes, bytes] = {}  # a flood of one value is mapped once
+
+        def pseudo(seg: bytes) -> bytes:
+            out = cache.get(seg)
+            if out is None:
+                out = make(cls, seg.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+                if len(cache) > _PATH_CACHE_MAX:
+                    cache.clear()
+                cache[seg] = out
+            return out
+
+        return pseudo
+
+    def _base64_secret(self, seg: bytes) -> tuple[int, int] | None:
+        """A base64 (or base64url) run whose decoded text holds a secret another rule finds; a run
+        glued to an id by ``-`` or ``_`` (``c3-QUtJ...``) is also tried from after each of them."""
+        if self._base64_holds_secret(seg):
+            return 0, len(seg)
+        for i, c in enumerate(seg):
+            if c in b"-_" and len(seg) - i > 16 and self._base64_holds_secret(seg[i + 1 :]):
+                return i + 1, len(seg)
+        return None
+
+    def _base64_holds_secret(self, seg: bytes) -> bool:
+        return self._base64_check(seg) is not None
+
+    def _base64_check(self, seg: bytes) -> tuple[int, int] | None:
+        raw = seg.rstrip(b"=")
+        if len(raw) < 16 or raw.lower() == raw or raw.upper() == raw:
+            return None  # base64 of text has both cases; a lower-case identifier is not base64
+        raw = raw[: BASE64_WINDOW - BASE64_WINDOW % 4] if len(raw) > BASE64_WINDOW else raw
+        if len(raw) % 4 == 1:
+            raw = raw[:-1]
+        try:
+            data = base64.b64decode(raw.translate(_B64_ALT) + b"=" * (-len(raw) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        if len(data) < 12 or len(data.translate(None, _TEXT_BYTES)) > 0.1 * len(data):
+            return None
+        hits = self._engine.hits(data)
+        if not hits:
+            return None
+        rules = self._engine.set_rules
+        for i in hits:
+            cr = rules[i]
+            if cr.rule.validate == "base64_secret" or cr.action not in ("redact", PSEUDONYMIZE):
+                continue
+            if cr.rule.pack != "secrets" or cr.rule.pii is not None:
+                continue
+            if cr.kind == "block":
+                if block_spans(cr, data):
+                    return 0, len(seg)
+            elif next(confirmed_spans(cr, data), None) is not None:
+                return 0, len(seg)
+        return None
+
     @classmethod
     def from_packs(
         cls,
@@ -135,7 +242,12 @@ class Sanitizer:
     # ------------------------------------------------------------------ self-test
     def self_test(self) -> list[RuleProblem]:
         """Every rule's own examples, each rule alone; then no placeholder may trigger any rule."""
-        problems = [RuleProblem(r.id, reason) for r in self.rules for reason in check_rule(r, self.salt)]
+        secrets_rules = tuple(r for r in self.rules if r.pack == "secrets")
+        problems = [
+            RuleProblem(r.id, reason)
+            for r in self.rules
+            for reason in check_rule(r, self.salt, companions=secrets_rules)
+        ]
         return problems or self.placeholder_problems()
 
     def placeholder_problems(self) -> list[RuleProblem]:
@@ -168,9 +280,9 @@ class Sanitizer:
             info = self._path_info(None, _concrete_to_npath(path))
             allowed, dyn_ok, quote_ix = info.allowed, info.dynamic, info.quotes
         literals = []
-        dyn = literal_regex(tuple(dynamic_literals)) if dyn_ok else None
+        dyn = _hidden_rule(tuple(dynamic_literals)) if dyn_ok and dynamic_literals else None
         if dyn is not None:
-            literals.append(LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, dyn))
+            literals.append(dyn)
         quote_literals = tuple(quote_literals)
         for qi in quote_ix:
             lr = self._quote_literal_rule(qi, quote_literals)
@@ -178,6 +290,17 @@ class Sanitizer:
                 literals.append(lr)
         out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context)
         return out, findings, bool(drops)
+
+    def may_match(self, text: str, path: str | None = None) -> bool:
+        """Whether a rule that applies at ``path`` may match in ``text`` (one set pass; literal
+        rules not counted): False means :meth:`sanitize_text` would change nothing."""
+        hits = self._engine.hits(text.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return False
+        if path is None:
+            return True
+        allowed = self._path_info(None, _concrete_to_npath(path)).allowed
+        return allowed is None or any(h in allowed for h in hits)
 
     def _quotable(self, text: str, min_length: int) -> bool:
         """A source string long enough to be a quote once placeholders (earlier redactions) are
@@ -208,6 +331,10 @@ class Sanitizer:
         engine = self._engine
         findings: list[Finding] = []
         drops: list[str] = []
+        if has_invisible(text):
+            stripped = text.translate(_INVISIBLE)
+            findings.append(Finding(INVISIBLE_RULE, "strip", path, 0, len(text) - len(stripped), "", context))
+            text = stripped
         for _ in range(self.max_passes):
             b = text.encode("utf-8", "surrogatepass")
             cands, drop_spans = engine.candidates(b, allowed, literals)
@@ -382,6 +509,8 @@ class Sanitizer:
         groups: dict[frozenset[int] | None, list[int]] = {}
         for n, it in enumerate(items):
             groups.setdefault(it[3].allowed, []).append(n)
+            if has_invisible(it[2]):
+                need.add(n)
         hits_of = self._engine.hits
         for allowed, idx in groups.items():
             if allowed is not None and not allowed:
@@ -420,6 +549,8 @@ class Sanitizer:
             raise ValueError(f"expected a JSON object, got {type(record).__name__}")
         ids = hidden_ids(record, hidden_ids_field)
         raw = _plain_json(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line)
+        if raw is not None and any(z in raw for z in _INVISIBLE_UTF8):
+            raw = None
         if (
             raw is not None
             and not self._engine.line_hits(raw)
@@ -499,6 +630,7 @@ class Sanitizer:
         return True
 
 
+_INVISIBLE_UTF8 = tuple(c.encode() for c in INVISIBLE_CHARS)
 _SIMPLE_ESCAPES = ((b"\\n", b"\n"), (b"\\t", b"\t"), (b"\\r", b"\r"), (b"\\/", b"/"))
 
 
@@ -537,6 +669,15 @@ def _strings_at(record: dict, dotted: str) -> list[str]:
     if isinstance(node, list):
         return [v for v in node if isinstance(v, str)]
     return []
+
+
+@functools.lru_cache(maxsize=1024)
+def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
+    """The hidden-identifier rule for one workflow's identifiers (made once per list)."""
+    rx = literal_regex(literals)
+    return (
+        None if rx is None else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx)
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -615,6 +756,7 @@ def _join(items: list, idx: list[int]) -> bytes:
     return "\n".join([items[n][2] for n in idx]).encode("utf-8", "surrogatepass")
 
 
+@functools.lru_cache(maxsize=4096)
 def _concrete_to_npath(path: str) -> str:
     try:
         return normalize_selector(path)
@@ -646,14 +788,21 @@ def _rebuild(record: dict, changes: list[tuple[tuple, str]]) -> dict:
     return root
 
 
-def check_rule(rule: Rule, salt: str = DEFAULT_SALT) -> list[str]:
+def check_rule(rule: Rule, salt: str = DEFAULT_SALT, companions: Sequence[Rule] = ()) -> list[str]:
     """Problems with one rule, checked alone: it compiles under RE2 and its own examples behave.
 
     Positive examples must produce a finding of this rule (and exactly ``expect`` when given);
     negative examples must produce none; sanitizing a positive example's output again must change
     nothing (idempotence)."""
+    if rule.action == PSEUDONYMIZE:
+        rule = dataclasses.replace(rule, action="redact")
+    others: list[Rule] = []
+    if rule.validate == "base64_secret":  # it confirms by running the other secret rules on decoded text
+        others = [
+            r for r in companions if r.id != rule.id and r.validate != "base64_secret" and r.pii is None
+        ]
     try:
-        san = Sanitizer([rule], salt=salt, self_test=False)
+        san = Sanitizer([rule, *others], salt=salt, self_test=False)
     except RuleError as exc:
         return [exc.reason]
     problems = []
@@ -669,7 +818,7 @@ def check_rule(rule: Rule, salt: str = DEFAULT_SALT) -> list[str]:
             problems.append(f"positive example {i + 1} is not idempotent: {_short(out)} -> {_short(again)}")
     for i, ex in enumerate(rule.negative):
         out, fnd, dropped = san.sanitize_text(ex.text, quote_literals=ex.sources)
-        if fnd or out != ex.text:
+        if any(f.rule_id == rule.id for f in fnd) or (not others and out != ex.text):
             problems.append(f"negative example {i + 1} {_short(ex.text)} matched")
     return problems
 

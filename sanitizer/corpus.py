@@ -412,7 +412,104 @@ def plant(kind: str, r: random.Random) -> tuple[str, list[str]]:
         if form == 1:
             return f"<think>{inner}", [inner]
         return f"{inner}</think>", [inner]
+    extra = _EXTRA.get(kind)
+    if extra is not None:
+        return extra(r)
     raise ValueError(f"unknown plant kind {kind!r}")
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def _hexs(r: random.Random, n: int) -> str:
+    return _rand(r, "0123456789abcdef", n)
+
+
+def _keyed(value: str) -> tuple[str, list[str]]:
+    return value, [value]
+
+
+def _said(r: random.Random, names: tuple[str, ...], value: str) -> tuple[str, list[str]]:
+    return f"the {r.choice(names)} is {value}", [value]
+
+
+def _assigned(r: random.Random, names: tuple[str, ...], value: str) -> tuple[str, list[str]]:
+    return f"{r.choice(names)}{r.choice((': ', '=', ' = '))}{value}", [value]
+
+
+def _zero_width(r: random.Random) -> tuple[str, list[str]]:
+    key = "AKIA" + _rand(r, _UP + string.digits, 16)
+    cut = r.randint(5, 15)
+    return key[:cut] + "\u200b" + key[cut:], [key, key[:cut] + "\u200b" + key[cut:]]
+
+
+def _pem(kind: str, r: random.Random) -> tuple[str, list[str]]:
+    body = [_rand(r, _B64, 64) for _ in range(2)]
+    return f"-----BEGIN {kind}-----\n" + "\n".join(body) + f"\n-----END {kind}-----", body
+
+
+# Credential shapes beyond the base kinds above (each maker: random value, the text that must vanish).
+_EXTRA = {
+    "aws_secret_bare": lambda r: _keyed(
+        _rand(r, _ALNUM, 18) + "/" + _rand(r, _ALNUM, 10) + "+" + _rand(r, _ALNUM, 10)
+    ),
+    "aws_glued": lambda r: (lambda k: (k + "calendar", [k]))("AKIA" + _rand(r, _UP + string.digits, 16)),
+    "gcp_glued": lambda r: (lambda k: (k + "calendar", [k]))("AIza" + _rand(r, _URLSAFE, 35)),
+    "aws_zero_width": _zero_width,
+    "base64_aws": lambda r: _keyed(_b64("AKIA" + _rand(r, _UP + string.digits, 16))),
+    "base64_password": lambda r: _keyed(_b64("password=" + _password(r))),
+    "azure_sas": lambda r: (
+        lambda sig: (f"https://acct.blob.core.windows.net/c/f.csv?sv=2022-11-02&sp=r&sig={sig}", [sig])
+    )(_rand(r, _ALNUM, 30) + "%2B" + _rand(r, _ALNUM, 8) + "%3D"),
+    "azure_storage_key": lambda r: (
+        lambda k: (f"AccountName=acct;AccountKey={k};EndpointSuffix=core.windows.net", [k])
+    )(_rand(r, _B64, 86) + "=="),
+    "azure_client_secret": lambda r: _keyed(
+        _rand(r, _ALNUM, 3) + str(r.randint(0, 9)) + "Q~" + _rand(r, _ALNUM + "_-.", 34)
+    ),
+    "gcp_oauth_secret": lambda r: _keyed("GOCSPX-" + _rand(r, _URLSAFE, 28)),
+    "google_access_token": lambda r: _keyed("ya29." + _rand(r, _URLSAFE, 60)),
+    "gcp_service_account_key_id": lambda r: (lambda k: (f'"private_key_id": "{k}"', [k]))(_hexs(r, 40)),
+    "gitlab_pat": lambda r: _keyed("glpat-" + _rand(r, _URLSAFE, 20)),
+    "gitlab_runner": lambda r: _keyed("glrt-" + _rand(r, _URLSAFE, 24)),
+    "github_fine_grained": lambda r: _keyed(
+        "github_pat_" + _rand(r, _ALNUM, 22) + "_" + _rand(r, _ALNUM, 59)
+    ),
+    "slack_webhook": lambda r: _keyed(
+        f"https://hooks.slack.com/services/T{_rand(r, _UP, 8)}/B{_rand(r, _UP, 8)}/{_rand(r, _ALNUM, 24)}"
+    ),
+    "stripe_webhook": lambda r: _keyed("whsec_" + _rand(r, _ALNUM, 32)),
+    "anthropic_key": lambda r: _keyed("sk-ant-api03-" + _rand(r, _URLSAFE, 80) + "AA"),
+    "openai_project_key": lambda r: _keyed("sk-proj-" + _rand(r, _URLSAFE, 48)),
+    "npm_token": lambda r: _keyed("npm_" + _rand(r, _ALNUM, 36)),
+    "pypi_token": lambda r: _keyed("pypi-AgEIcHlwaS5vcmc" + _rand(r, _URLSAFE, 60)),
+    "sendgrid_key": lambda r: _keyed("SG." + _rand(r, _URLSAFE, 22) + "." + _rand(r, _URLSAFE, 43)),
+    "twilio_key": lambda r: _keyed("SK" + _hexs(r, 32)),
+    "mailgun_key": lambda r: _keyed("key-" + _rand(r, _ALNUM, 32)),
+    "shopify_token": lambda r: _keyed("shpat_" + _hexs(r, 32)),
+    "digitalocean_token": lambda r: _keyed("dop_v1_" + _hexs(r, 64)),
+    "databricks_token": lambda r: _keyed("dapi" + _hexs(r, 32)),
+    "vault_token": lambda r: _keyed("hvs." + _rand(r, _URLSAFE, 90)),
+    "telegram_bot_token": lambda r: _keyed(f"{r.randint(10**8, 10**10 - 1)}:AA{_rand(r, _URLSAFE, 33)}"),
+    "discord_webhook": lambda r: _keyed(
+        f"https://discord.com/api/webhooks/{r.randint(10**17, 10**18 - 1)}/{_rand(r, _URLSAFE, 68)}"
+    ),
+    "password_phrase": lambda r: _said(r, ("password", "passphrase", "PIN code"), _password(r)),
+    "token_phrase": lambda r: (lambda v: (f"my token is {v}", [v]))(
+        _rand(r, _ALNUM, 8) + str(r.randint(10, 99)) + _rand(r, _ALNUM, 8)
+    ),
+    "secret_hex": lambda r: _assigned(r, ("secret", "client_secret", "SECRET"), _hexs(r, 32)),
+    "basic_auth": lambda r: (lambda v: (f"Authorization: Basic {v}", [v]))(_b64("svc:" + _password(r))),
+    "ssh_private_key": lambda r: _pem("OPENSSH PRIVATE KEY", r),
+    "pgp_private_key": lambda r: _pem("PGP PRIVATE KEY BLOCK", r),
+    "ec_private_key": lambda r: _pem("EC PRIVATE KEY", r),
+    "age_secret_key": lambda r: _keyed("AGE-SECRET-KEY-1" + _rand(r, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 58)),
+    "linear_key": lambda r: _keyed("lin_api_" + _rand(r, _ALNUM, 40)),
+    "doppler_token": lambda r: _keyed("dp.pt." + _rand(r, _ALNUM, 43)),
+}
 
 
 PLANT_KINDS = (
@@ -435,6 +532,12 @@ PLANT_KINDS = (
     "url_password",
     "think_block",
 )
+# Every credential shape the planted-corpus test and benchmark use (personal data: PII_KINDS).
+CREDENTIAL_KINDS = (
+    *(k for k in PLANT_KINDS if k not in ("iban", "card_number", "email", "phone_number", "think_block")),
+    *_EXTRA,
+)
+PII_KINDS = ("iban", "card_number", "email", "phone_number")
 SEPARATORS = (" ", "  ", "\n", ", ", "; ", ": ", " (", ") ", '"', "'", "\t", " - ", "=")
 
 

@@ -20,14 +20,14 @@ import re2
 from sanitizer.checks import VALIDATORS
 from sanitizer.rules import Rule, RuleError
 
-REDACT, STRIP, DROP = "redact", "strip", "drop"
+REDACT, STRIP, DROP, PSEUDONYMIZE = "redact", "strip", "drop", "pseudonymize"
 HIDDEN_ID_RULE = "dynamic.hidden_id"
 HIDDEN_ID_PLACEHOLDER = "[HIDDEN_ID]"
 
 
 def re2_options() -> re2.Options:
     opts = re2.Options()
-    opts.max_mem = 64 << 20  # room for the DFA of the combined set; RE2 stays linear regardless
+    opts.max_mem = 256 << 20  # room for the DFA of the combined set; RE2 stays linear regardless
     opts.log_errors = False
     return opts
 
@@ -168,6 +168,9 @@ class CompiledRule:
         "line_pattern",
         "match",
         "close_match",
+        "pseudo",
+        "surrogates",
+        "surrogate_lengths",
     )
 
     def __init__(self, rule: Rule, order: int):
@@ -185,6 +188,9 @@ class CompiledRule:
         self.allow_regexes = tuple(
             fullmatcher(self._compile(p, "allow_patterns")) for p in rule.allow_patterns
         )
+        self.pseudo: Callable[[bytes], bytes] | None = None  # set by the Sanitizer for pseudonymize
+        self.surrogates: set[bytes] | None = None  # surrogates already made: never matched again
+        self.surrogate_lengths: list[int] = []  # their byte lengths, longest first
         self.regex = self.close = None
         self.match = self.close_match = None
         self.group = self.close_group = 0
@@ -241,6 +247,7 @@ class LiteralRule:
         "group",
         "check",
         "kind",
+        "pseudo",
     )
 
     def __init__(self, rule_id: str, placeholder: str, priority: int, order: int, regex: re2._Regexp):
@@ -254,6 +261,7 @@ class LiteralRule:
         self.group = 0
         self.check = None
         self.kind = "literal"
+        self.pseudo = None
 
     def allowed(self, seg: bytes) -> bool:
         return False
@@ -294,6 +302,7 @@ def literal_regex(literals: tuple[str, ...]) -> re2._Regexp | None:
 
 
 _UNANCHORED = re2._Anchor.UNANCHORED
+_UNCHECKED = (-2, -2)
 _NO_MATCH = (-1, -1)
 
 
@@ -339,7 +348,9 @@ def iter_spans(match: Callable, group: int, b: bytes) -> Iterator[tuple[int, int
         pos = e if e > pos else pos + 1
 
 
-def confirmed_spans(cr: CompiledRule, b: bytes) -> Iterator[tuple[int, int]]:
+def confirmed_spans(
+    cr: CompiledRule, b: bytes, protect: list[tuple[int, int]] | None = None
+) -> Iterator[tuple[int, int]]:
     """Spans of a regex rule that pass its confirmer and allowlist and are not its own placeholder.
 
     A confirmer may narrow a candidate to the real item inside it; the search then resumes right
@@ -348,7 +359,9 @@ def confirmed_spans(cr: CompiledRule, b: bytes) -> Iterator[tuple[int, int]]:
     n = len(b)
     match, group, check, ph = cr.match, cr.group, cr.check, cr.placeholder
     allow = cr.allow_literals or cr.allow_regexes
+    made = cr.surrogates
     allowed: dict[bytes, bool] = {}  # a flood of one text is decided once
+    checked: dict[bytes, tuple[int, int] | None] = {}
     while pos <= n:
         spans = match(b, pos, n)
         if spans is None:
@@ -359,8 +372,23 @@ def confirmed_spans(cr: CompiledRule, b: bytes) -> Iterator[tuple[int, int]]:
         nxt = e if e > pos else pos + 1
         if e > s:
             seg = b[s:e]
+            if made:
+                # a surrogate this sanitizer made, or one glued to what follows it: skip the surrogate
+                # (no second confirmation) and look again right after it
+                hit = 0
+                for n_made in cr.surrogate_lengths:
+                    if n_made <= e - s and b[s : s + n_made] in made:
+                        hit = n_made
+                        break
+                if hit:
+                    if protect is not None:
+                        protect.append((s, s + hit))
+                    pos = s + hit
+                    continue
             if check is not None:
-                win = check(seg)
+                win = checked.get(seg, _UNCHECKED)
+                if win is _UNCHECKED:
+                    win = checked[seg] = check(seg)
                 if win is None:
                     pos = nxt
                     continue
@@ -368,7 +396,7 @@ def confirmed_spans(cr: CompiledRule, b: bytes) -> Iterator[tuple[int, int]]:
                     s, e = s + win[0], s + win[1]
                     seg = b[s:e]
                     nxt = e
-            if seg != ph:
+            if seg != ph and not (made and seg in made):
                 if allow:
                     ok = allowed.get(seg)
                     if ok is None:
@@ -435,7 +463,9 @@ def resolve(cands: list[tuple[int, int, object]]) -> list[tuple[int, int, object
 
 
 def _rank(c: tuple[int, int, object]) -> tuple:
-    return (c[0] - c[1], -c[2].priority, c[0], c[2].order)
+    # a credential beats personal data it overlaps (a URL password that looks like an email's local
+    # part is redacted, not pseudonymized), then the longest span, higher priority, earlier, pack order
+    return (c[2].action == PSEUDONYMIZE, c[0] - c[1], -c[2].priority, c[0], c[2].order)
 
 
 def _greedy(cluster: list[tuple[int, int, object]]) -> list[tuple[int, int, object]]:
@@ -528,6 +558,7 @@ class Engine:
         """Confirmed spans for one string: (spans to apply, drop matches)."""
         cands: list[tuple[int, int, object]] = []
         drops: list[tuple[int, int, object]] = []
+        protect: list[tuple[int, int]] = []  # surrogates made earlier: nothing inside them matches
         hits = self.hits(b)
         for i in sorted(hits):
             if allowed is not None and i not in allowed:
@@ -540,7 +571,7 @@ class Engine:
                     if b[s:e] != ph:
                         dest.append((s, e, cr))
             else:
-                for s, e in confirmed_spans(cr, b):
+                for s, e in confirmed_spans(cr, b, protect):
                     dest.append((s, e, cr))
         placeholders = self.placeholders
         for lr in literals:
@@ -551,7 +582,27 @@ class Engine:
                 if b"[" in seg and any(ph in seg for ph in placeholders):
                     continue
                 cands.append((s, e, lr))
+        if protect and cands:
+            cands = _outside(cands, protect)
         return cands, drops
+
+
+def _outside(cands: list, protect: list[tuple[int, int]]) -> list:
+    """The candidates that overlap no protected span (spans sorted by start; a candidate is checked
+    against the last span starting before its end and the one before that)."""
+    protect.sort()
+    starts = [p[0] for p in protect]
+    out = []
+    for c in cands:
+        k = bisect_right(starts, c[1] - 1) - 1
+        hit = False
+        for j in (k, k - 1):
+            if j >= 0 and c[0] < protect[j][1] and protect[j][0] < c[1]:
+                hit = True
+                break
+        if not hit:
+            out.append(c)
+    return out
 
 
 _sha256 = hashlib.sha256
@@ -600,6 +651,8 @@ def apply_spans(
             put(gap)
             if cr.action == REDACT:
                 put(cr.placeholder)
+            elif cr.action == PSEUDONYMIZE:
+                put(cr.pseudo(seg))
             pos = e
         put(b[pos:])
         text = b"".join(pieces).decode("utf-8", "surrogatepass")

@@ -16,7 +16,7 @@ from sanitizer.core import SanitizeResult
 from sanitizer.engine import DROP
 
 REPORT_SCHEMA = "sanitizer-report/v1"
-_PAST = {"redact": "redacted", "strip": "stripped", "drop": "dropped"}
+_PAST = {"redact": "redacted", "strip": "stripped", "drop": "dropped", "pseudonymize": "pseudonymized"}
 
 
 @dataclass(slots=True)

@@ -20,9 +20,11 @@ from sanitizer.fieldpath import normalize_selector
 DEFAULT_PACKS_DIR = Path(__file__).resolve().parents[1] / "configs" / "sanitizer"
 DEFAULT_PACKS = ("reasoning", "secrets", "leakage")
 
-ACTIONS = ("redact", "strip", "drop")
+ACTIONS = ("redact", "strip", "drop", "pseudonymize")
 KINDS = ("regex", "block", "quote")
-VALIDATORS = ("card", "iban", "credential")
+VALIDATORS = ("card", "iban", "credential", "high_entropy", "base64_secret")
+PII_CLASSES = ("email", "iban", "phone", "card", "person_name")
+PII_MODES = ("redact", "pseudonymize", "keep")
 
 _RULE_KEYS = {
     "id",
@@ -40,6 +42,7 @@ _RULE_KEYS = {
     "validate",
     "sources",
     "min_length",
+    "pii",
     "examples",
 }
 _PACK_KEYS = {"pack", "version", "description", "defaults", "rules"}
@@ -88,6 +91,7 @@ class Rule:
     validate: str | None = None
     sources: tuple[str, ...] = ()
     min_length: int = 16
+    pii: str | None = None  # personal-data class of a pseudonymize rule
     positive: tuple[Example, ...] = ()
     negative: tuple[Example, ...] = ()
     meta: dict = field(default_factory=dict, compare=False, hash=False)
@@ -187,9 +191,19 @@ def parse_rule(raw: Any, pack: str, defaults: Mapping[str, Any]) -> Rule:
     if kind != "block" and close is not None:
         raise RuleError(rid, "close is only for block rules")
     placeholder = raw.get("placeholder")
-    if action == "redact":
+    pii = raw.get("pii")
+    if action == "pseudonymize":
+        if pii not in PII_CLASSES:
+            raise RuleError(rid, f"pseudonymize needs pii: one of {'|'.join(PII_CLASSES)}, got {pii!r}")
+        if kind != "regex":
+            raise RuleError(rid, "only regex rules can pseudonymize")
+    elif pii is not None:
+        raise RuleError(rid, "pii is only for pseudonymize rules")
+    if action in ("redact", "pseudonymize"):
         if not isinstance(placeholder, str) or not _placeholder_ok(placeholder):
-            raise RuleError(rid, "redact needs a typed placeholder such as [SECRET:aws_access_key]")
+            raise RuleError(
+                rid, f"{action} needs a typed placeholder such as [SECRET:aws_access_key] (its redact form)"
+            )
     elif placeholder is not None:
         raise RuleError(rid, f"{action} takes no placeholder")
     if kind == "quote" and action != "redact":
@@ -235,6 +249,7 @@ def parse_rule(raw: Any, pack: str, defaults: Mapping[str, Any]) -> Rule:
         validate=validate,
         sources=sources,
         min_length=min_length,
+        pii=pii,
         positive=positive,
         negative=negative,
     )

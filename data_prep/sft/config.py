@@ -50,12 +50,27 @@ class BuildConfig:
     )
     sanitizer_packs: list[str] = field(
         default_factory=lambda: ["reasoning", "secrets"],
-        metadata=_help("packs applied to every teacher-written string"),
+        metadata=_help("packs applied to every turn of every rendered example (with writer_text_packs)"),
     )
     writer_text_packs: list[str] = field(
         default_factory=lambda: ["leakage"],
         metadata=_help(
-            "extra packs for writer text (ledger descriptions, memory records) wherever it appears"
+            "packs whose rules name the turns they apply to (leakage: every turn but system prompts "
+            "and readers' answers); joined with sanitizer_packs into the one rule set"
+        ),
+    )
+    pii_modes: dict[str, str] = field(
+        default_factory=dict,
+        metadata=_help(
+            "per personal-data class (email, iban, phone, card, person_name): redact | pseudonymize | "
+            "keep; a class not named is pseudonymized"
+        ),
+    )
+    pseudonym_key_file: str = field(
+        default="",
+        metadata=_help(
+            "secret key file for pseudonymization (else $LEDGERWRIGHT_PSEUDONYM_KEY_FILE, else a key "
+            "derived from the corpus bytes); the key is never written to any output"
         ),
     )
     near_dup_threshold: float = field(
@@ -102,11 +117,22 @@ def load_build_config(path: str | Path | None = None, overrides: dict[str, Any] 
             raise BuildConfigError(f"{path}: {key}: expected true/false")
         if isinstance(default, list) and not isinstance(value, list):
             raise BuildConfigError(f"{path}: {key}: expected a list")
+        if isinstance(default, dict) and not isinstance(value, dict):
+            raise BuildConfigError(f"{path}: {key}: expected a mapping")
+        if isinstance(default, str) and not isinstance(value, str):
+            raise BuildConfigError(f"{path}: {key}: expected a string")
         if isinstance(default, float) and not isinstance(value, int | float):
             raise BuildConfigError(f"{path}: {key}: expected a number")
         setattr(cfg, key, value)
     if not 0 <= cfg.validation_fraction < 1:
         raise BuildConfigError(f"{path}: validation_fraction: must be in [0, 1)")
+    from sanitizer.pseudonym import check_modes
+    from sanitizer.rules import RuleError
+
+    try:
+        check_modes(cfg.pii_modes)
+    except RuleError as exc:
+        raise BuildConfigError(f"{path}: pii_modes: {exc.reason}") from None
     if cfg.minhash_perm % cfg.minhash_bands:
         raise BuildConfigError(f"{path}: minhash_bands: must divide minhash_perm")
     return cfg

@@ -182,17 +182,38 @@ class Deduplicator:
     ) -> tuple[str, str] | None:
         """``canonical``: ``canonical_bytes(messages)`` when the caller has it; ``ref``: how the
         ``loader`` finds this example's messages again once it is kept."""
+        key, answers = self.digests(messages, canonical)
+        return self.check_digests(example_id, key, answers, ref=ref, messages=messages)
+
+    @staticmethod
+    def digests(messages: list[dict], canonical: bytes | None = None) -> tuple[bytes, bytes]:
+        """``(example digest, answers digest)``: what :meth:`check_digests` decides on (the messages
+        themselves are needed only for a signature, and then loaded)."""
         h = _EXAMPLE_HASH.copy()
         h.update(canonical_bytes(messages) if canonical is None else canonical)
         key = h.digest()
+        h = _ANSWERS_HASH.copy()
+        h.update(canonical_bytes([m["content"] for m in messages if m["role"] == "assistant"]))
+        return key, h.digest()
+
+    def check_digests(
+        self,
+        example_id: str,
+        key: bytes,
+        answers: bytes,
+        *,
+        ref: int | None = None,
+        messages: list[dict] | None = None,
+    ) -> tuple[str, str] | None:
+        """:meth:`check` from the digests; ``messages`` (or the ``loader`` and ``ref``) give the
+        example's text when a signature is needed."""
         first = self.exact.get(key)
         if first is not None:
             return ("exact", self.ids[first])
-        h = _ANSWERS_HASH.copy()
-        h.update(canonical_bytes([m["content"] for m in messages if m["role"] == "assistant"]))
-        answers = h.digest()
         group = self.groups.get(answers)
         lazy = self.loader is not None and ref is not None
+        if messages is None and not lazy:
+            raise RuntimeError(f"no way to load example {example_id} for its signature")
         if group is None:
             idx = self._keep(example_id, key, ref)
             if lazy:
@@ -207,6 +228,8 @@ class Deduplicator:
                 raise RuntimeError(f"no way to load example {self.ids[group]} for its signature")
             first_sig = self.signature(similarity_text(self.loader(ref_first)))
             group = self.groups[answers] = _Group(group, first_sig)
+        if messages is None:
+            messages = self.loader(ref)
         sig = self.signature(similarity_text(messages))
         # candidates: same answers and at least one identical band, checked oldest first
         n = len(group.idxs)

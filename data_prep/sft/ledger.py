@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-OUTCOMES = ("kept", "filtered", "rejected", "deduplicated")
+OUTCOMES = ("kept", "filtered", "rejected", "deduplicated", "decontaminated")
 
 
 class ConservationError(AssertionError):
@@ -34,7 +34,8 @@ class StageCounts:
         self.splits[task][split] += 1
 
     def check(self) -> None:
-        """Raise ConservationError unless input = kept + filtered + rejected + deduplicated per task."""
+        """Raise ConservationError unless input = kept + filtered + rejected + deduplicated +
+        decontaminated (train copies of held-out examples) per task."""
         for task in self.tasks:
             total = sum(sum(c.values()) for c in self.by[task].values())
             if total != self.input[task]:

@@ -10,11 +10,13 @@ being read back from the spool when needed) and the run ids seen (duplicate dete
 
 from __future__ import annotations
 
-import copy
+import functools
 import hashlib
 import json
+import re
 import shutil
 import sys
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ from data_prep.sft.dedup import Deduplicator
 from data_prep.sft.filters import reader_verdict_reason, writer_action_reason
 from data_prep.sft.ledger import StageCounts
 from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action
+from data_prep.sft.sanitize import ExampleSanitizer, PseudonymKeyError, resolve_key
 
 BUILD_VERSION = "ledgerwright-build/1"
 FINDING_SAMPLE = 25
@@ -121,27 +124,15 @@ class SplitWriter:
         """Write one example (id, task, family, source_id, messages); ``messages_canonical`` is
         ``canonical_bytes(example["messages"])`` when the caller has it. The line is the example's
         canonical JSON either way. Returns the line's length in bytes."""
-        if messages_canonical is None or example.keys() != _EXAMPLE_KEYS:
-            line = canonical_bytes(example)
-        else:
-            line = b"".join(
-                (
-                    b'{"family":',
-                    canonical_bytes(example["family"]),
-                    b',"id":',
-                    canonical_bytes(example["id"]),
-                    b',"messages":',
-                    messages_canonical,
-                    b',"source_id":',
-                    canonical_bytes(example["source_id"]),
-                    b',"task":',
-                    canonical_bytes(example["task"]),
-                    b"}",
-                )
-            )
-        self.handles[(task, split)].write(line + b"\n")
-        self.sizes[(task, split)] += len(line) + 1
-        return len(line) + 1
+        if messages_canonical is None:
+            messages_canonical = canonical_bytes(example["messages"])
+        return self.write_line(task, split, example_line(example, messages_canonical))
+
+    def write_line(self, task: str, split: str, line: bytes) -> int:
+        """Write one example line as :func:`example_line` made it; returns its length in bytes."""
+        self.handles[(task, split)].write(line)
+        self.sizes[(task, split)] += len(line)
+        return len(line)
 
     def read(self, task: str, ref: int) -> dict:
         """The example written at ``ref``."""
@@ -160,10 +151,48 @@ class SplitWriter:
 
 
 _EXAMPLE_KEYS = frozenset(("id", "task", "family", "source_id", "messages"))
+CANDIDATES_DIR = ".candidates"  # examples before dedup and decontamination; removed by finish
+
+
+def example_line(example: dict, messages_canonical: bytes) -> bytes:
+    """An example's canonical JSON line (``canonical_bytes(example)`` + newline), built from the
+    canonical form of its messages that the caller already has."""
+    if example.keys() != _EXAMPLE_KEYS:
+        return canonical_bytes(example) + b"\n"
+    return b"".join(
+        (
+            b'{"family":',
+            canonical_bytes(example["family"]),
+            b',"id":',
+            canonical_bytes(example["id"]),
+            b',"messages":',
+            messages_canonical,
+            b',"source_id":',
+            canonical_bytes(example["source_id"]),
+            b',"task":',
+            canonical_bytes(example["task"]),
+            b"}\n",
+        )
+    )
+
+
+_VERSION_SUFFIX = re.compile(r"(?:-(?:v|ver|version)?-?\d+(?:-\d+)*|-copy|-new|-old)+$")
+_SEPARATORS = re.compile(r"[\s_\-./:\u2010-\u2015\u2212]+")
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e"))
+
+
+@functools.lru_cache(maxsize=4096)
+def family_key(name: str) -> str:
+    """The name a family is held out by: Unicode NFKC, invisible characters removed, case folded,
+    every run of whitespace and separators one dash, version and copy suffixes dropped
+    (``Travel_Rebooking v2 `` and ``travel-rebooking`` are one family)."""
+    s = unicodedata.normalize("NFKC", name).translate(_INVISIBLE).casefold()
+    s = _SEPARATORS.sub("-", s).strip("-")
+    return _VERSION_SUFFIX.sub("", s) or s
 
 
 def split_of(family: str, group_id: str, heldout: set[str], cfg: BuildConfig) -> str:
-    if family in heldout:
+    if family_key(family) in {family_key(h) for h in heldout}:
         return "heldout"
     h = hashlib.sha256(f"{cfg.seed}:{group_id}".encode()).digest()
     return "validation" if int.from_bytes(h[:8], "big") / 2**64 < cfg.validation_fraction else "train"
@@ -198,38 +227,54 @@ def corpus_files(corpus: Path, problems: Problems, strict: bool) -> tuple[list[P
 
 
 class Builder:
-    def __init__(self, cfg: BuildConfig, out_dir: Path, *, progress: bool = True):
-        from sanitizer import Sanitizer
+    def __init__(
+        self,
+        cfg: BuildConfig,
+        out_dir: Path,
+        *,
+        progress: bool = True,
+        key: bytes | None = None,
+        problems: Problems | None = None,
+    ):
+        import os
 
         self.cfg = cfg
         self.out = out_dir
         self.progress = progress
         self.prompts = Prompts(REPO_ROOT / cfg.prompts_dir)
-        self.general = Sanitizer.from_packs(list(cfg.sanitizer_packs))
-        self.writer_text = Sanitizer.from_packs(
-            list(dict.fromkeys([*cfg.sanitizer_packs, *cfg.writer_text_packs]))
+        # one rule set for every turn of every example (packs carry their own field selectors)
+        self.scrub = ExampleSanitizer(
+            [*cfg.sanitizer_packs, *cfg.writer_text_packs],
+            key if key is not None else os.urandom(32),
+            cfg.pii_modes,
         )
         self.counts = StageCounts(TASKS)
-        self.dedup = {
-            t: Deduplicator(
-                cfg.near_dup_threshold,
-                cfg.minhash_perm,
-                cfg.minhash_bands,
-                cfg.shingle_bytes,
-                cfg.seed,
-                loader=self._loader(t),
-            )
-            for t in TASKS
-        }
         self.stats = SanitizerStats()
-        self.problems = Problems()
+        self.problems = problems if problems is not None else Problems()
         self.family_split: dict[str, dict[str, str]] = {"workflow_families": {}, "case_families": {}}
         self.check_run_seals = True
+        # candidates per task: (split, id, offset, length, example digest, answers digest, source id);
+        # dedup and decontamination are decided at the end, in an order that does not depend on the
+        # order of the corpus (held-out first, then by id)
+        self.pending: dict[str, list[tuple]] = {t: [] for t in TASKS}
+
+    def _new_dedup(self, task: str) -> Deduplicator:
+        cfg = self.cfg
+        return Deduplicator(
+            cfg.near_dup_threshold,
+            cfg.minhash_perm,
+            cfg.minhash_bands,
+            cfg.shingle_bytes,
+            cfg.seed,
+            loader=lambda i: json.loads(self._candidate_line(task, i))["messages"],
+        )
 
     # -- shared steps ----------------------------------------------------------------------------
-    def _loader(self, task: str):
-        """Messages of a kept example of ``task``, read back from its spool (for the deduplicator)."""
-        return lambda ref: self.spool.read(task, ref)["messages"]
+    def _candidate_line(self, task: str, i: int) -> bytes:
+        _split, _id, offset, length = self.pending[task][i][:4]
+        fh = self.cand_read[task]
+        fh.seek(offset)
+        return fh.read(length)
 
     def _open_outputs(self) -> None:
         import datasets
@@ -237,49 +282,55 @@ class Builder:
         datasets.disable_progress_bars()
         self.spool = SplitWriter(self.out / "jsonl", TASKS)
         self.datasets = {t: DatasetDictWriter(self.out / t) for t in TASKS}
+        self.cand_dir = self.out / CANDIDATES_DIR
+        self.cand_dir.mkdir()
+        self.cand_write = {t: open(self.cand_dir / f"{t}.jsonl", "wb") for t in TASKS}
+        self.cand_size = dict.fromkeys(TASKS, 0)
+        self.cand_read: dict[str, Any] = {}
         self.rejects = open(self.out / "rejects.jsonl", "w", encoding="utf-8", newline="\n")
         self.filtered = open(self.out / "filtered.jsonl", "w", encoding="utf-8", newline="\n")
 
     def _reject(self, tasks: tuple[str, ...], item: dict) -> None:
+        item = self.scrub.diagnostic(item)  # field paths and redacted previews, never a secret
         self.rejects.write(dumps_canonical(item) + "\n")
         self.problems.add(f"{item['file']}:{item['line']}: {item['field']}: {item['problem']}")
         for t in tasks:
             self.counts.add_input(t)
             self.counts.record(t, "rejected", item["reason"])
 
-    def _filter(self, task: str, example_id: str, source_id: str, reason: str, detail: str = "") -> None:
-        self.filtered.write(
-            dumps_canonical(
-                {"task": task, "id": example_id, "source": source_id, "reason": reason, "detail": detail}
-            )
-            + "\n"
-        )
-        self.counts.record(task, "filtered", reason.split(":")[0])
+    def _filter(
+        self,
+        task: str,
+        example_id: str,
+        source_id: str,
+        reason: str,
+        detail: str = "",
+        outcome: str = "filtered",
+        count_as: str | None = None,
+    ) -> None:
+        record = {"task": task, "id": example_id, "source": source_id, "reason": reason, "detail": detail}
+        self.filtered.write(dumps_canonical(self.scrub.diagnostic(record)) + "\n")
+        self.counts.record(task, outcome, count_as or reason.split(":")[0])
 
     def _emit(
-        self, task: str, example_id: str, source_id: str, family: str, split: str, messages: list[dict]
+        self,
+        task: str,
+        example_id: str,
+        source_id: str,
+        family: str,
+        split: str,
+        messages: list[dict],
+        hidden: list[str] | tuple[str, ...] = (),
     ) -> None:
-        canonical = canonical_chat(messages)
-        dup = self.dedup[task].check(
-            example_id, messages, canonical=canonical, ref=self.spool.ref(task, split)
-        )
-        if dup is not None:
-            kind, first = dup
-            self.filtered.write(
-                dumps_canonical(
-                    {
-                        "task": task,
-                        "id": example_id,
-                        "source": source_id,
-                        "reason": f"duplicate_{kind}",
-                        "detail": first,
-                    }
-                )
-                + "\n"
-            )
-            self.counts.record(task, "deduplicated", kind)
+        """Sanitize the rendered example (every turn: the one place), then hold it as a candidate."""
+        messages, findings, drops = self.scrub.messages(task, messages, hidden, context=example_id)
+        if findings:
+            self.stats.add(source_id, findings, bool(drops))
+        if drops:
+            self._filter(task, example_id, source_id, "sanitizer_drop", ",".join(sorted(set(drops))))
             return
-        self.counts.kept(task, split)
+        canonical = canonical_chat(messages)
+        key, answers = Deduplicator.digests(messages, canonical)
         example = {
             "id": example_id,
             "task": task,
@@ -287,7 +338,51 @@ class Builder:
             "source_id": source_id,
             "messages": messages,
         }
-        self.datasets[task].add(split, example, self.spool.write(task, split, example, canonical))
+        line = example_line(example, canonical)
+        self.cand_write[task].write(line)
+        self.pending[task].append(
+            (split, example_id, self.cand_size[task], len(line), key, answers, source_id)
+        )
+        self.cand_size[task] += len(line)
+
+    def _resolve(self, task: str) -> None:
+        """Dedup and held-out decontamination of one task's candidates, then its outputs.
+
+        Held-out candidates are checked first (by id): one is only ever dropped as a duplicate of
+        another held-out one. Train and validation candidates follow (by id): one whose exact or near
+        duplicate is held out is ``decontaminated`` (dropped from train, never from held-out), one whose
+        duplicate is in train or validation ``deduplicated``. Kept examples are written per split in id
+        order, so a shuffled corpus gives the same bytes."""
+        pend = self.pending[task]
+        self.cand_write[task].close()
+        self.cand_read[task] = open(self.cand_dir / f"{task}.jsonl", "rb")
+        order = sorted(range(len(pend)), key=lambda i: (pend[i][0] != "heldout", pend[i][1]))
+        dedup = self._new_dedup(task)
+        heldout_ids: set[str] = set()
+        kept: dict[str, list[int]] = {split: [] for split in SPLITS}
+        for i in order:
+            split, eid, _off, _len, key, answers, source_id = pend[i]
+            dup = dedup.check_digests(eid, key, answers, ref=i)
+            if dup is None:
+                kept[split].append(i)
+                if split == "heldout":
+                    heldout_ids.add(eid)
+                continue
+            kind, first = dup
+            if split != "heldout" and first in heldout_ids:
+                self._filter(
+                    task, eid, source_id, "decontaminated", f"{kind}:{first}", "decontaminated", kind
+                )
+            else:
+                self._filter(task, eid, source_id, f"duplicate_{kind}", first, "deduplicated", kind)
+        for split in SPLITS:
+            for i in kept[split]:  # already in id order
+                line = self._candidate_line(task, i)
+                self.counts.kept(task, split)
+                nbytes = self.spool.write_line(task, split, line)
+                self.datasets[task].add(split, json.loads(line), nbytes)
+        self.cand_read[task].close()
+        self.pending[task] = []
 
     # -- runs --------------------------------------------------------------------------------------
     def add_runs(self, files: list[Path]) -> None:
@@ -356,7 +451,7 @@ class Builder:
         rec = reconcile(run, check_integrity=False)
         split = split_of(run.family, run.run_id, heldout, self.cfg)
         self.family_split["workflow_families"].setdefault(
-            run.family, "heldout" if run.family in heldout else "train+validation"
+            run.family, "heldout" if split == "heldout" else "train+validation"
         )
         ids = {t: f"{t}:{run.run_id}" for t in RUN_TASKS}
         reasons = {
@@ -369,39 +464,14 @@ class Builder:
         live = [t for t in RUN_TASKS if reasons[t] is None]
         if not live:
             return
-        d = raw
         hidden = list(run.metadata.get("hidden_identifiers", []))
-        ledger_res = self.writer_text.sanitize_record(
-            {"model_ledger": d["model_ledger"] or []},
-            fields=["model_ledger[].description"],
-            dynamic_literals=hidden,
-        )
-        self.stats.add(f"{run.run_id}:model_ledger", ledger_res.findings, ledger_res.dropped)
-        sanitized = copy.copy(d)
-        sanitized["model_ledger"] = ledger_res.record["model_ledger"]
-        drop = {t: ledger_res.drop_reasons for t in live if ledger_res.dropped}
-        if "reader_verdict" in live:
-            verdict = d["teacher"]["verdict"]
-            rat = self.general.sanitize_record(
-                {"rationale": verdict.get("rationale", "")}, fields=["rationale"], dynamic_literals=hidden
-            )
-            self.stats.add(f"{run.run_id}:rationale", rat.findings, rat.dropped)
-            sanitized["teacher"] = {
-                **d["teacher"],
-                "verdict": {**verdict, "rationale": rat.record["rationale"]},
-            }
-            if rat.dropped:
-                drop.setdefault("reader_verdict", []).extend(rat.drop_reasons)
         for t in live:
-            if t in drop:
-                self._filter(t, ids[t], run.run_id, "sanitizer_drop", ",".join(sorted(set(drop[t]))))
-                continue
             if t == "writer_action":
-                entries = {e["call_id"]: e for e in sanitized["model_ledger"]}
-                messages = render_writer_action(sanitized, entries, self.prompts.text[t])
+                entries = {e["call_id"]: e for e in raw["model_ledger"]}
+                messages = render_writer_action(raw, entries, self.prompts.text[t])
             else:
-                messages = render_reader_verdict(sanitized, self.prompts.text[t])
-            self._emit(t, ids[t], run.run_id, run.family, split, messages)
+                messages = render_reader_verdict(raw, self.prompts.text[t])
+            self._emit(t, ids[t], run.run_id, run.family, split, messages, hidden)
 
     # -- policy cases ----------------------------------------------------------------------------
     def add_policy_cases(self, files: list[Path]) -> None:
@@ -410,7 +480,12 @@ class Builder:
         add_policy_cases(self, files)
 
     # -- outputs ---------------------------------------------------------------------------------
-    def finish(self, inputs: dict[str, str], corpus_manifest: dict | None) -> dict:
+    def finish(
+        self, inputs: dict[str, str], corpus_manifest: dict | None, key_origin: str = "random"
+    ) -> dict:
+        for task in TASKS:
+            self._resolve(task)
+        shutil.rmtree(self.cand_dir)
         self.spool.close()
         self.rejects.close()
         self.filtered.close()
@@ -435,7 +510,13 @@ class Builder:
                 "prompts": self.prompts.digests,
                 "fingerprint": fingerprints,
                 "split_assignment": {k: dict(sorted(v.items())) for k, v in self.family_split.items()},
-                "sanitizer": self.stats.to_dict(),
+                "sanitizer": {
+                    **self.stats.to_dict(),
+                    "pseudonymization": {
+                        "key": key_origin,  # where the key came from; the key is never written
+                        "modes": self.scrub.pseudonymizer.modes,
+                    },
+                },
                 "problems": self.problems.items,
             },
         )
@@ -581,9 +662,15 @@ def build(
 
 
 def _build(corpus: Path, out: Path, cfg: BuildConfig, *, strict: bool, progress: bool, sealed: bool) -> dict:
-    b = Builder(cfg, out, progress=progress)
+    problems = Problems()
+    run_files, case_files, _ = corpus_files(corpus, problems, strict)
+    try:
+        key, key_origin = resolve_key(cfg.pseudonym_key_file, [*run_files, *case_files])
+    except PseudonymKeyError as exc:
+        raise BuildError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    b = Builder(cfg, out, progress=progress, key=key, problems=problems)
     b.check_run_seals = not sealed  # a sealed corpus's manifest already proves its runs as written
-    run_files, case_files, _ = corpus_files(corpus, b.problems, strict)
     corpus_manifest = None
     if (corpus / "manifest.json").is_file():
         try:
@@ -598,7 +685,7 @@ def _build(corpus: Path, out: Path, cfg: BuildConfig, *, strict: bool, progress:
         for t in POLICY_TASKS:
             b.counts.add_input(t, 0)
     inputs = {p.relative_to(corpus).as_posix(): sha256_file(p) for p in [*run_files, *case_files]}
-    manifest = b.finish(inputs, corpus_manifest)
+    manifest = b.finish(inputs, corpus_manifest, key_origin)
     if strict and b.problems.items:
         raise BuildError(f"{len(b.problems.items)} input problems (--strict): first: {b.problems.items[0]}")
     return manifest
@@ -610,7 +697,8 @@ def summary_lines(manifest: dict) -> list[str]:
     for task, c in counts.items():
         lines.append(
             f"{task}: {c['input']} in = {c['kept']['total']} kept + {c['filtered']['total']} filtered "
-            f"+ {c['rejected']['total']} rejected + {c['deduplicated']['total']} deduplicated"
+            f"+ {c['rejected']['total']} rejected + {c['deduplicated']['total']} deduplicated "
+            f"+ {c['decontaminated']['total']} decontaminated"
         )
         reasons = {
             **c["filtered"]["by_reason"],

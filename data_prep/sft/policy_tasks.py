@@ -80,8 +80,11 @@ def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
 
     cid, family = case["case_id"], case["family"]
     split = split_of(family, cid, heldout, b.cfg)
-    b.family_split["case_families"].setdefault(family, "heldout" if family in heldout else "train+validation")
+    b.family_split["case_families"].setdefault(
+        family, "heldout" if split == "heldout" else "train+validation"
+    )
     probes = probe_requests(case)
+    hidden = list(case.get("metadata", {}).get("hidden_identifiers", []))
     gold = {pid: decide(case, None, req) for pid, req in probes}
     gold_memory = case.get("gold_memory") or gold_memory_from_events(case)
 
@@ -93,27 +96,16 @@ def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
         b._filter("writer_memory", wid, cid, "no_teacher_memory")
     elif bad := memory_mismatches(teacher, case, probes):
         b._filter("writer_memory", wid, cid, "memory_decision_mismatch", ",".join(bad))
-    else:
-        res = b.writer_text.sanitize_record(
-            {"memory": teacher},
-            fields=None,
-            dynamic_literals=list(case.get("metadata", {}).get("hidden_identifiers", [])),
+    else:  # sanitized with every other example, after rendering (Builder._emit)
+        b._emit(
+            "writer_memory",
+            wid,
+            cid,
+            family,
+            split,
+            render_writer_memory(case, teacher, b.prompts.text["writer_memory"]),
+            hidden,
         )
-        b.stats.add(f"{cid}:memory", res.findings, res.dropped)
-        memory = res.record["memory"]
-        if res.dropped:
-            b._filter("writer_memory", wid, cid, "sanitizer_drop", ",".join(sorted(set(res.drop_reasons))))
-        elif memory != teacher and memory_mismatches(memory, case, probes):
-            b._filter("writer_memory", wid, cid, "sanitizer_changed_decisions")
-        else:
-            b._emit(
-                "writer_memory",
-                wid,
-                cid,
-                family,
-                split,
-                render_writer_memory(case, memory, b.prompts.text["writer_memory"]),
-            )
 
     # reader: policy execution, one example per probe request
     b.counts.add_input("reader_policy", len(probes))
@@ -125,4 +117,4 @@ def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
             b._filter("reader_policy", eid, cid, "gold_memory_disagrees_with_oracle", pid)
             continue
         messages = render_reader_policy(gold_memory, req, gold[pid], b.prompts.text["reader_policy"])
-        b._emit("reader_policy", eid, cid, family, split, messages)
+        b._emit("reader_policy", eid, cid, family, split, messages, hidden)

@@ -29,7 +29,7 @@ class ProductionOutageCoordination(Family):
     tools = (
         ToolSpec(
             "get_incident",
-            "Open an incident record.",
+            "Open the incident record.",
             (P("incident_id", "string", "incident id, e.g. INC-4410"),),
             ("open incident {incident_id}",),
             ("Checked the incident.",),
@@ -306,7 +306,7 @@ class ProductionOutageCoordination(Family):
             "customer_comms": "You are the comms lead: post the status and notify affected customers.",
         }
         return [
-            system_message(st["org"], "an incident-response agent"),
+            system_message(st["org"], "the incident-response agent"),
             {
                 "role": "user",
                 "content": (

@@ -50,6 +50,7 @@ from data_prep.policy_case import iter_policy_case_file, validate_policy_case, v
 from data_prep.records import LineError, RecordError, Run, iter_jsonl
 from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_memory, parse_verdict
 from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action, render_writer_memory
+from data_prep.sft.sanitize import ExampleSanitizer, PseudonymKeyError, resolve_key
 from data_prep.synth.corpus import MANIFEST_SCHEMA
 from data_prep.synth.output import (
     CASE_DIR,
@@ -70,6 +71,7 @@ from data_prep.teacher_client.settings import (
     SettingsError,
     TeacherDecoding,
 )
+from sanitizer.rules import PII_CLASSES, RuleError
 
 COLLECTOR = "ledgerwright-teacher/1"
 ROLES = ("writer", "reader", "policy-writer")
@@ -105,6 +107,14 @@ class CollectConfig:
     shard_size: int = 1000
     signer: Any = None  # data_prep.signing.Signer: re-seals changed runs with a signature
     allow_unsealed: bool = False  # read a corpus whose manifest is not a complete seal
+    # every prompt passes the build's rule set before it leaves the machine: credentials redacted,
+    # reasoning stripped, label phrases removed. Personal data is sent as is by default (the teacher
+    # must name it in the ledger it writes); pseudonymize it here and the teacher's ledgers name
+    # surrogates instead (they then disagree with the environment ledger and are filtered).
+    sanitize_prompts: bool = True
+    prompt_packs: tuple[str, ...] = ("reasoning", "secrets", "leakage")
+    prompt_pii_modes: dict = field(default_factory=lambda: dict.fromkeys(PII_CLASSES, "keep"))
+    pseudonym_key_file: str = ""
 
     def validate(self) -> None:
         chat_url(self.endpoint)
@@ -133,6 +143,9 @@ class CollectConfig:
             "prompts_dir": self.prompts_dir,
             "prices": {"path": prices_label, "sha256": prices_digest},
             "shard_size": self.shard_size,
+            "sanitize_prompts": self.sanitize_prompts,
+            "prompt_packs": list(self.prompt_packs) if self.sanitize_prompts else [],
+            "prompt_pii_modes": dict(sorted(self.prompt_pii_modes.items())) if self.sanitize_prompts else {},
         }
 
 
@@ -263,11 +276,18 @@ class AttemptLog:
 class Collector:
     """Asks the teacher for one run or case at a time (thread-safe; called from the pool)."""
 
-    def __init__(self, cfg: CollectConfig, client: CachedEndpoint, prompts: Prompts):
+    def __init__(
+        self,
+        cfg: CollectConfig,
+        client: CachedEndpoint,
+        prompts: Prompts,
+        scrub: ExampleSanitizer | None = None,
+    ):
         self.cfg = cfg
         self.client = client
         self.prompts = prompts
         self.stopping = client.endpoint.stop
+        self.scrub = scrub  # sanitizes every prompt before it is sent (None: sent as rendered)
 
     def _exchange(
         self,
@@ -282,6 +302,8 @@ class Collector:
         if self.stopping.is_set():
             raise Interrupted(item)
         params = self.cfg.decoding.request_params(task, self.cfg.model)
+        if self.scrub is not None:
+            messages = self.scrub.prompt(task, messages)
         body = {"model": self.cfg.model, "messages": messages, **params}
         tag = f"{item}/{role}" + (f"/{turn}" if turn is not None else "")
         answer = self.client.complete(body, tag=tag)
@@ -588,7 +610,14 @@ def collect(
         cfg.endpoint, api_key=api_key, policy=cfg.retry, on_attempt=attempts, max_connections=cfg.concurrency
     )
     client = CachedEndpoint(endpoint, cache)
-    collector = Collector(cfg, client, prompts)
+    scrub = None
+    if cfg.sanitize_prompts:
+        try:
+            key, _origin = resolve_key(cfg.pseudonym_key_file, [*run_files, *case_files])
+            scrub = ExampleSanitizer(list(cfg.prompt_packs), key, cfg.prompt_pii_modes)
+        except (PseudonymKeyError, RuleError) as exc:
+            raise CollectError(str(exc)) from None
+    collector = Collector(cfg, client, prompts, scrub)
     runs_in, cases_in = Intake("run"), Intake("case")
     tally = Tally()
     total = sum(_count_lines(p) for p in [*run_files, *case_files]) if progress else None

@@ -17,12 +17,15 @@ from data_prep.synth import SynthConfig, generate_corpus
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "data" / "default.yaml"
 SECRET_SHAPES = [
-    r"[\w.+-]+@[\w-]+\.[\w.]+",
     r"\bBearer\s+(?!\[SECRET)\S{8,}",
     r"-----BEGIN",
-    r"\bAKIA[0-9A-Z]{16}\b",
+    r"AKIA[0-9A-Z]{16}",
     r"<think>|</think>",
     r"\beyJ[\w-]{8,}\.",
+]
+# personal data is pseudonymized, not removed: surrogates have these shapes, originals must not survive
+PII_SHAPES = [
+    r"[\w.+-]+@[\w-]+\.[\w.]+",
     r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,}",
     r"\b(?:\d[ -]?){13,19}\b",
 ]
@@ -52,7 +55,9 @@ def test_counts_are_conserved_and_shown(built):
     for task in TASKS:
         c = manifest["counts"][task]
         assert c["input"] > 0
-        assert c["input"] == sum(c[o]["total"] for o in ("kept", "filtered", "rejected", "deduplicated"))
+        assert c["input"] == sum(
+            c[o]["total"] for o in ("kept", "filtered", "rejected", "deduplicated", "decontaminated")
+        )
         kept = sum(len(rows(out, task, s)) for s in SPLITS)
         assert kept == c["kept"]["total"]
     filtered = [json.loads(line) for line in open(out / "filtered.jsonl")]
@@ -60,7 +65,7 @@ def test_counts_are_conserved_and_shown(built):
         c = manifest["counts"][task]
         assert (
             sum(1 for f in filtered if f["task"] == task)
-            == c["filtered"]["total"] + c["deduplicated"]["total"]
+            == c["filtered"]["total"] + c["deduplicated"]["total"] + c["decontaminated"]["total"]
         )
 
 
@@ -112,6 +117,13 @@ def test_no_secret_reasoning_or_hidden_id_reaches_an_example(built, corpus):
             hidden[run["run_id"]] = run["metadata"].get("hidden_identifiers", [])
     report = json.loads((out / "sanitizer_report.json").read_text())
     assert any(r.startswith("secrets.") for r in report["rules"]) and "dynamic.hidden_id" in report["rules"]
+    originals = set()
+    for path in sorted(corpus.rglob("*.jsonl")):
+        text = path.read_text(encoding="utf-8")
+        for shape in PII_SHAPES:
+            originals.update(m.group(0) for m in re.finditer(shape, text) if len(m.group(0)) >= 12)
+    assert len(originals) > 20
+    surrogates = 0
     for task in TASKS:
         for split in SPLITS:
             for r in rows(out, task, split):
@@ -120,6 +132,13 @@ def test_no_secret_reasoning_or_hidden_id_reaches_an_example(built, corpus):
                     assert not re.search(shape, text), (r["id"], shape)
                 for h in hidden.get(r["source_id"], []):
                     assert h not in text, (r["id"], h)
+                for shape in PII_SHAPES:
+                    for m in re.finditer(shape, text):
+                        assert m.group(0) not in originals, (r["id"], "original personal data")
+                        surrogates += 1
+                for email in re.findall(PII_SHAPES[0], text):
+                    assert email.endswith("@example.invalid") or email.endswith("@example.com"), r["id"]
+    assert surrogates > 0
 
 
 def test_rendered_inputs_carry_no_gold_fields(built):

@@ -70,12 +70,26 @@ CASES = [
     ("label_echo", ["leakage.label_echo", "leakage.verdict_object_echo"], _fill("label:")),
     ("verdict_near", ["leakage.verdict_object_echo"], _fill('"verdict": "')),
     ("hidden_ids", ["dynamic.hidden_id", "leakage.oracle_quote"], _fill("V-118 ")),
+    ("high_entropy_run", ["secrets.high_entropy_key", "secrets.base64_secret"], _fill("Ab1/x9Q+")),
+    ("base64_flood", ["secrets.base64_secret"], _fill("QUtJQVo3UTJNVjRYSzNQTFc5UkQ= ")),
+    ("base64_text_run", ["secrets.base64_secret"], _fill("cGFzc3dvcmQ9")),
+    ("google_oauth_near", ["secrets.google_oauth"], _fill("ya29.")),
+    ("gcp_key_id_near", ["secrets.gcp_service_account_key_id"], _fill('private_key_id": "')),
+    ("azure_near", ["secrets.azure_key"], _fill("AccountKey=")),
+    ("sas_near", ["secrets.azure_sas_signature"], _fill("&sig=")),
+    ("azure_secret_near", ["secrets.azure_client_secret"], _fill("abc8Q~")),
+    ("gitlab_near", ["secrets.gitlab_token"], _fill("glpat-")),
+    ("telegram_near", ["secrets.telegram_bot_token"], _fill("123456789:AA")),
+    ("short_prefix_near", ["secrets.vendor_token_short_prefix"], _fill("SK0123456789abcdef")),
+    ("credential_phrase_near", ["secrets.credential_phrase"], _fill("the password is ")),
+    ("verdict_phrase_near", ["leakage.verdict_phrase"], _fill("Ledger check\u00a0: ")),
+    ("invisible_chars", ["normalize.invisible_chars"], _fill("AKIA\u200b")),
 ]
 
 
 def test_every_rule_has_an_adversarial_case():
     covered = {rid for _, rids, _ in CASES for rid in rids}
-    assert {r.id for r in SAN.rules} <= covered
+    assert {r.id for r in SAN.rules} | {"normalize.invisible_chars"} <= covered
 
 
 @pytest.mark.parametrize("name, rules, line", CASES, ids=[c[0] for c in CASES])
@@ -93,7 +107,9 @@ def test_one_megabyte_line_under_a_second(name, rules, line):
     print(f"\n{name}: {cpu:.3f} s cpu, {wall:.3f} s wall, {len(findings)} findings")
     # Near misses (the backtracking shapes) must stay under a second. A flood of tens of thousands of
     # real matches is bounded by per-finding bookkeeping, not by the regex engine: allow it 2 s.
-    limit = 2.0 if len(findings) > 10_000 else 1.0
+    # Pseudonymized floods pay twice per finding (the surrogate, then the second pass that sees it):
+    # over 100,000 findings in 1 MB (an email every 7 bytes) get three.
+    limit = 3.0 if len(findings) > 100_000 else 2.0 if len(findings) > 10_000 else 1.0
     assert cpu < limit, f"{name}: {cpu:.2f} s for {len(findings)} findings"
     again = SAN.sanitize_text(out[:4096], ["V-118"], path="model_ledger[0].description")[0]
     assert isinstance(again, str)

@@ -22,7 +22,7 @@ def test_every_pack_loads_and_self_tests():
 @pytest.mark.parametrize("rule", ALL_RULES, ids=[r.id for r in ALL_RULES])
 def test_rule_examples_pass(rule):
     assert rule.positive and rule.negative
-    assert check_rule(rule) == []
+    assert check_rule(rule, companions=ALL_RULES) == []
 
 
 def test_packs_cover_the_required_shapes():
@@ -45,7 +45,8 @@ def test_packs_cover_the_required_shapes():
         assert needed in ids
     card = next(r for r in ALL_RULES if r.id == "secrets.card_number")
     assert card.validate == "card"
-    assert {r.action for r in ALL_RULES} == {"redact", "strip", "drop"}
+    assert {r.action for r in ALL_RULES} == {"redact", "strip", "drop", "pseudonymize"}
+    assert {r.pii for r in ALL_RULES if r.action == "pseudonymize"} == {"email", "iban", "phone", "card"}
 
 
 def _pack(tmp_path, body: str, name: str = "custom"):

@@ -1,0 +1,193 @@
+"""The one place where what a model sees is sanitized: every turn of a rendered chat example (system,
+user and assistant, every task), the prompts sent to a teacher, and the build's diagnostics.
+
+One rule set (the build config's packs) runs over each message's text with the field path
+``<task>.<role>``, so a pack can say where its rules apply (the leakage pack skips system prompts and
+the readers' answers, which state a verdict by design). Credentials are redacted wherever they sit in
+the text: argument values and keys, results, task messages, tool descriptions, ledger entries, call ids,
+rationales, policy text and history turns. Personal data is pseudonymized under a per-corpus key
+(``sanitizer.pseudonym``): a value has one surrogate in the whole build, so the trajectory, the
+environment ledger, the model ledger and the answers keep agreeing with each other.
+
+A message whose text is a JSON value written the way the renderer writes answers (``render.laid_out``,
+key order kept) and that needs a change is sanitized string by string and written again in that form,
+so an answer stays valid JSON (a cut-off private key in a ledger entry cannot swallow the rest of the
+entry) and keeps its field order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from data_prep.sft.render import laid_out
+from sanitizer import Finding, Sanitizer
+from sanitizer.core import has_invisible
+from sanitizer.pseudonym import Pseudonymizer, derive_key
+
+KEY_ENV = "LEDGERWRIGHT_PSEUDONYM_KEY_FILE"
+DIAGNOSTIC_PATH = "diagnostics"
+
+
+class PseudonymKeyError(ValueError):
+    pass
+
+
+def corpus_key(files: Iterable[Path]) -> bytes:
+    """The per-corpus pseudonymization key when no key file is given: a domain-separated hash of the
+    corpus files' bytes. Whoever holds the outputs cannot compute it (the manifest lists the files'
+    SHA-256, which is a different function of the same bytes); whoever holds the corpus already
+    holds the original values."""
+    h = hashlib.sha256(b"ledgerwright-corpus-pseudonym-key/v1\x00")
+    for path in sorted(Path(p) for p in files):
+        with open(path, "rb") as fh:
+            h.update(len(path.name).to_bytes(4, "big") + path.name.encode())
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return derive_key(h.digest())
+
+
+def key_from_file(path: str | Path) -> bytes:
+    p = Path(path)
+    try:
+        material = p.read_bytes()
+    except OSError as exc:
+        raise PseudonymKeyError(f"{p}: pseudonymization key file cannot be read ({exc.strerror})") from None
+    if len(material.strip()) < 16:
+        raise PseudonymKeyError(f"{p}: pseudonymization key file holds fewer than 16 bytes")
+    return derive_key(material.strip())
+
+
+def resolve_key(key_file: str | None, corpus_files: Iterable[Path]) -> tuple[bytes, str]:
+    """``(key, origin)``: the key file (config, else ``$LEDGERWRIGHT_PSEUDONYM_KEY_FILE``), else the
+    corpus-derived key. ``origin`` names where it came from (never the key) for the manifest."""
+    path = key_file or os.environ.get(KEY_ENV) or ""
+    if path:
+        return key_from_file(path), "key file"
+    return corpus_key(corpus_files), "derived from the corpus bytes"
+
+
+class ExampleSanitizer:
+    """Sanitizes rendered examples, teacher prompts and diagnostic text with one rule set."""
+
+    def __init__(
+        self,
+        packs: Sequence[str],
+        key: bytes,
+        pii_modes: Mapping[str, str] | None = None,
+        packs_dir: str | Path | None = None,
+    ):
+        self.pseudonymizer = Pseudonymizer(key, pii_modes)
+        self.san = Sanitizer.from_packs(
+            list(dict.fromkeys(packs)),
+            packs_dir,
+            salt=derive_key(key, "report-salt").hex(),  # secret, so the report's hashes cannot be guessed
+            protected_keys=(),
+            pseudonymizer=self.pseudonymizer,
+        )
+        self._system: dict[tuple[str, str], tuple[str, list[Finding], list[str]]] = {}
+        # the personal-data rules alone, with the same surrogates: what pseudonymization does to a record
+        self._pii = Sanitizer(
+            [r for r in self.san.rules if r.pii is not None],
+            salt=self.san.salt,
+            protected_keys=(),
+            pseudonymizer=self.pseudonymizer,
+            self_test=False,
+        )
+
+    def messages(
+        self, task: str, messages: list[dict], hidden: Sequence[str] = (), context: str = ""
+    ) -> tuple[list[dict], list[Finding], list[str]]:
+        """``(messages, findings, drop reasons)``; the messages are new dicts only where text changed."""
+        out: list[dict] = []
+        findings: list[Finding] = []
+        drops: list[str] = []
+        hidden = tuple(hidden)
+        for m in messages:
+            role, text = m["role"], m["content"]
+            if role == "system":  # a prompt file: the same for every example of the task
+                key = (task, text)
+                done = self._system.get(key)
+                if done is None:
+                    done = self._system[key] = self._text(text, f"{task}.system", (), context)
+                new, fnd, drp = done
+            else:
+                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context)
+            findings.extend(fnd)
+            for d in drp:
+                if d not in drops:
+                    drops.append(d)
+            out.append(m if new == text else {**m, "content": new})
+        return out, findings, drops
+
+    def _text(
+        self, text: str, path: str, hidden: tuple[str, ...], context: str
+    ) -> tuple[str, list[Finding], list[str]]:
+        value = None
+        if text[:1] in "{[" and text[-1:] in "}]":
+            if not hidden and not has_invisible(text) and not self.san.may_match(text, path):
+                return text, [], []  # nothing can match: the common case, one set pass
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
+            if value is not None and laid_out(value) != text:
+                value = None
+        if value is None:
+            new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context)
+            return new, fnd, [f.rule_id for f in fnd if f.action == "drop"] if dropped else []
+        findings: list[Finding] = []
+        drops: list[str] = []
+        new_value = self._walk(value, path, hidden, context, findings, drops)
+        return (laid_out(new_value) if findings else text), findings, drops
+
+    def _walk(self, v: Any, path: str, hidden, context, findings: list, drops: list) -> Any:
+        t = type(v)
+        if t is str:
+            new, fnd, dropped = self.san.sanitize_text(v, hidden, path=path, context=context)
+            findings.extend(fnd)
+            if dropped:
+                drops.extend(f.rule_id for f in fnd if f.action == "drop" and f.rule_id not in drops)
+            return new
+        if t is dict:
+            return {
+                self._walk(k, path, hidden, context, findings, drops): self._walk(
+                    x, path, hidden, context, findings, drops
+                )
+                for k, x in v.items()
+            }
+        if t is list:
+            return [self._walk(x, path, hidden, context, findings, drops) for x in v]
+        return v
+
+    def prompt(self, task: str, messages: list[dict], hidden: Sequence[str] = ()) -> list[dict]:
+        """A teacher prompt before it leaves the machine (drops do not apply: nothing is trained)."""
+        return self.messages(task, messages, hidden)[0]
+
+    def diagnostic(self, value: Any) -> Any:
+        """A reject or filter record (or a problem line) with every string, keys too, sanitized:
+        diagnostics name the field path and show a redacted preview, never a secret."""
+        t = type(value)
+        if t is str:
+            return self.san.sanitize_text(value, path=DIAGNOSTIC_PATH)[0]
+        if t is dict:
+            return {self.diagnostic(k): self.diagnostic(x) for k, x in value.items()}
+        if t is list:
+            return [self.diagnostic(x) for x in value]
+        return value
+
+    def pseudonymize_record(self, value: Any) -> Any:
+        """Every string of a record (keys too) with its personal data replaced by the surrogates the
+        build uses (nothing else changes): reconciling the result gives the same gold verdicts."""
+        t = type(value)
+        if t is str:
+            return self._pii.sanitize_text(value)[0]
+        if t is dict:
+            return {self.pseudonymize_record(k): self.pseudonymize_record(x) for k, x in value.items()}
+        if t is list:
+            return [self.pseudonymize_record(x) for x in value]
+        return value
