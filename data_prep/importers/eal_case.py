@@ -235,9 +235,6 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
     case_id = raw["case_id"]
     if not isinstance(case_id, str) or not case_id:
         raise YamlError(line_of(lines, "$.case_id"), "$.case_id", "expected a non-empty string")
-    for key in ("blocks", "events", "probe_pairs"):
-        if isinstance(raw[key], list) and not raw[key]:
-            raise YamlError(line_of(lines, f"$.{key}"), f"$.{key}", "must not be empty")
     metadata = dict(meta)
     for key in ("title", "description"):
         if key in raw:
@@ -277,6 +274,9 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
         validate_policy_case(case)
     except RecordError as exc:
         raise YamlError(line_of(lines, exc.field), exc.field, exc.problem) from None
+    for key in ("blocks", "events", "probe_pairs"):
+        if not case[key]:
+            raise YamlError(line_of(lines, f"$.{key}"), f"$.{key}", "must not be empty")
     for problem in (*lifecycle_problems(case), *probe_problems(case)):
         field, text = problem.split(": ", 1)
         raise YamlError(line_of(lines, "$." + field), "$." + field, text)

@@ -45,7 +45,7 @@ def test_synth_output_round_trips_byte_for_byte(tmp_path):
 
 def test_missing_inputs(tmp_path, capsys):
     missing = tmp_path / "not-there.jsonl"
-    assert importer_main(["--format", "runs", str(missing), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert importer_main(["--format", "runs", str(missing), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     (reject,) = [json.loads(line) for line in (tmp_path / "o" / "rejects.jsonl").read_text().splitlines()]
     assert reject["line"] == 0 and reject["problem"].startswith("cannot open")
     (tmp_path / "d").mkdir()
@@ -53,3 +53,8 @@ def test_missing_inputs(tmp_path, capsys):
         importer_main(["--format", "runs", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     )
     assert "no input files" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert importer_main(["--format", "runs", str(empty), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    printed = capsys.readouterr()
+    assert "error: nothing imported (0 rejected of 0 read)" in printed.err and f"  {empty}: 0/0" in printed.out
