@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rejects: {args.out / 'rejects.jsonl'}")
     status = exit_status(c, allow_partial=args.allow_partial)
     if c["accepted"] == 0:
-        print(f"error: nothing imported ({c['rejected']} rejected of {c['input_records']} read)", file=sys.stderr)
+        print(
+            f"error: nothing imported ({c['rejected']} rejected of {c['input_records']} read)",
+            file=sys.stderr,
+        )
     elif status:
         print(
             f"error: {c['rejected']} of {c['input_records']} records rejected "

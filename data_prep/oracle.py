@@ -113,7 +113,9 @@ def records_at(events: list[dict], issuers: set[str], t: datetime) -> dict[str, 
             if ref in state:
                 old = state[ref]
                 old["status"] = "superseded"
-                old["source_turn_refs"] = _merge(old.get("source_turn_refs", []), ev.get("source_turn_refs", []))
+                old["source_turn_refs"] = _merge(
+                    old.get("source_turn_refs", []), ev.get("source_turn_refs", [])
+                )
             rec = dict(ev["record"])
             rec.setdefault("supersedes_ref", ref)
             rec["source_turn_refs"] = list(rec.get("source_turn_refs") or ev.get("source_turn_refs", []))
@@ -166,9 +168,7 @@ def decide(case_or_events: Any, issuers: Any, request: dict) -> str:
     return _decide_records(list(state.values()), request)
 
 
-def memory_decide(
-    memory_records: list[dict], request: dict, authorized_issuers: Any = None
-) -> str:
+def memory_decide(memory_records: list[dict], request: dict, authorized_issuers: Any = None) -> str:
     """Apply a memory's typed records to a request (the deterministic ``rules`` executor).
 
     ``authorized_issuers`` (the case's, or the case itself) makes a record count only if its
@@ -207,7 +207,11 @@ def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict
         if parse_time(rec["valid_until"]) <= end:
             continue
         out.append(
-            {k: _copy(rec.get(k)) for k in RECORD_FIELDS if k not in OPTIONAL_RECORD_FIELDS or rec.get(k) is not None}
+            {
+                k: _copy(rec.get(k))
+                for k in RECORD_FIELDS
+                if k not in OPTIONAL_RECORD_FIELDS or rec.get(k) is not None
+            }
         )
     return out
 

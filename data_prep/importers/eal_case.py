@@ -217,13 +217,17 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
         want = EAL_FIELDS.get(key)
         if want is not None and not isinstance(value, want):
             raise YamlError(
-                line_of(lines, f"$.{key}"), f"$.{key}", f"expected {'a mapping' if want is dict else want.__name__}"
+                line_of(lines, f"$.{key}"),
+                f"$.{key}",
+                f"expected {'a mapping' if want is dict else want.__name__}",
             )
         kept[key] = value
     if "tags" in kept and not all(isinstance(t, str) for t in kept["tags"]):
         raise YamlError(line_of(lines, "$.tags"), "$.tags", "expected a list of strings")
     bench = kept.get("benchmark", {})
-    if "case_family_id" in bench and not (isinstance(bench["case_family_id"], str) and bench["case_family_id"]):
+    if "case_family_id" in bench and not (
+        isinstance(bench["case_family_id"], str) and bench["case_family_id"]
+    ):
         field = "$.benchmark.case_family_id"
         raise YamlError(line_of(lines, field), field, "expected a non-empty string")
     meta = raw.get("metadata", {})

@@ -61,7 +61,9 @@ def test_malformed_cases_report_file_line_field():
     }
     assert rejects["bad-amount.yaml"].problem == "expected number, got string"
     assert "oracle says execute_requested" in rejects["probe-disagrees.yaml"].problem
-    assert str(rejects["empty-history.yaml"]) == f"{BAD / 'empty-history.yaml'}:5: $.blocks: must not be empty"
+    assert (
+        str(rejects["empty-history.yaml"]) == f"{BAD / 'empty-history.yaml'}:5: $.blocks: must not be empty"
+    )
 
 
 def test_yaml_loader_rejects_duplicates_and_multiple_documents(tmp_path):
@@ -96,14 +98,20 @@ def test_cli_imports_cases(tmp_path, capsys):
     assert "error: 5 of 7 records rejected" in printed.err
     assert f"  {BAD / 'syntax.yaml'}: 0/1" in printed.out and str(GOOD[0]) not in printed.out
     assert importer_main([*args, "--allow-partial"]) == 0
-    assert "7 records read from 7 files, 2 accepted (0 runs, 2 policy cases), 5 rejected" in capsys.readouterr().out
+    assert (
+        "7 records read from 7 files, 2 accepted (0 runs, 2 policy cases), 5 rejected"
+        in capsys.readouterr().out
+    )
     cases = [c for _, c in iter_policy_case_file(out / "policy_cases" / "cases-00000.jsonl")]
     assert [c["case_id"] for c in cases] == ["procurement-spend-0001", "travel-approval-0002"]
     m = json.loads((out / "manifest.json").read_text())
     assert m["counts"]["probe_pairs"] == 9 and m["counts"]["policy_cases"] == 2
     assert importer_main(["--format", "eal-case", str(BAD), "--out", str(out), "--strict", "--quiet"]) == 1
     # a folder of which nothing imports fails whatever the flags, and says so
-    assert importer_main(["--format", "eal-case", str(BAD), "--out", str(out), "--allow-partial", "--quiet"]) == 1
+    assert (
+        importer_main(["--format", "eal-case", str(BAD), "--out", str(out), "--allow-partial", "--quiet"])
+        == 1
+    )
     assert "error: nothing imported (5 rejected of 5 read)" in capsys.readouterr().err
     assert importer_main(["--format", "eal-case", *map(str, GOOD), "--out", str(out), "--quiet"]) == 0
 

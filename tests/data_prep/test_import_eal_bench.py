@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.importer import main as importer_main
-from data_prep.importers.common import Accepted, Rejected
+from data_prep.importers.common import Rejected
 from data_prep.importers.eal_case import iter_items
 from data_prep.oracle import DECLINE, EXECUTE, decide, gold_memory_from_events, memory_decide, records_at
 from data_prep.policy_case import iter_policy_case_file, validate_policy_case
@@ -94,14 +94,7 @@ def requests_around(case: dict) -> list[dict]:
     categories = sorted({c for r in records for c in r["allowed_categories"]} | {"furniture"})
     bounds = sorted({b for r in records for b in (r["valid_from"], r["valid_until"])})
     last = max(t(e["effective_at"]) for e in case["events"])
-    times = sorted(
-        {
-            x
-            for b in bounds
-            for x in (t(b) - timedelta(seconds=1), t(b))
-            if x > last
-        }
-    )
+    times = sorted({x for b in bounds for x in (t(b) - timedelta(seconds=1), t(b)) if x > last})
     for p in case["probe_pairs"]:
         out += [p["in_scope"], p["out_of_scope"]]
         base = p["in_scope"]
@@ -203,12 +196,16 @@ def test_oracle_agrees_with_labels_and_eal_rules_on_every_probe(cases):
         for r in requests_around(c):
             variations += 1
             assert (decide(c, None, r) == EXECUTE) == reference_authorized(c, r), (c["case_id"], r)
-    assert probes == agree == 3 * 3 * 2 + 9 * 2  # three EAL-Bench-shape cases of 3 pairs; older fixtures 9 pairs
+    assert (
+        probes == agree == 3 * 3 * 2 + 9 * 2
+    )  # three EAL-Bench-shape cases of 3 pairs; older fixtures 9 pairs
     assert variations > 500
 
 
 def _older_fixtures():
-    older = [Path(__file__).parent / "fixtures" / n for n in ("eal-procurement-0001.yaml", "eal-travel-0002.yaml")]
+    older = [
+        Path(__file__).parent / "fixtures" / n for n in ("eal-procurement-0001.yaml", "eal-travel-0002.yaml")
+    ]
     return [i.record for i in iter_items(older)]
 
 
@@ -269,14 +266,19 @@ def test_bad_published_shape_files_name_line_and_field(tmp_path):
 
     wrong = bench.replace("    supersedes_ref: auth_first", "    supersedes_ref: auth_zero")
     r = _reject(tmp_path, "supersedes.yaml", wrong)
-    assert (r.line, r.field) == (_line(wrong, "supersedes_ref: auth_zero"), "$.events[2].record.supersedes_ref")
+    assert (r.line, r.field) == (
+        _line(wrong, "supersedes_ref: auth_zero"),
+        "$.events[2].record.supersedes_ref",
+    )
     assert "must name the replaced record 'auth_first'" in r.problem
 
     same = bench.replace("    authorization_ref: auth_second\n", "    authorization_ref: auth_first\n")
     r = _reject(tmp_path, "same-ref.yaml", same)
     assert r.field == "$.events[2].record.authorization_ref" and "its own authorization_ref" in r.problem
 
-    orphan = re.sub(r"(- ref: event_revoke\n(?:  .*\n)*?  authorization_ref: )auth_first", r"\1auth_ghost", bench)
+    orphan = re.sub(
+        r"(- ref: event_revoke\n(?:  .*\n)*?  authorization_ref: )auth_first", r"\1auth_ghost", bench
+    )
     r = _reject(tmp_path, "orphan.yaml", orphan)
     assert (r.line, r.field) == (_line(orphan, "auth_ghost"), "$.events[1].authorization_ref")
     assert "no earlier event issued" in r.problem
@@ -299,12 +301,16 @@ def test_bad_published_shape_files_name_line_and_field(tmp_path):
     r = _reject(tmp_path, "scope.yaml", scope)  # EAL's cybersecurity records do not fit ours
     assert (r.line, r.field) == (_line(scope, "scope: {tenant"), "$.events[0].record.scope")
 
-    bench_type = bench.replace("benchmark:\n  split: benchmark\n", "benchmark: long\nold_benchmark:\n  split: benchmark\n")
+    bench_type = bench.replace(
+        "benchmark:\n  split: benchmark\n", "benchmark: long\nold_benchmark:\n  split: benchmark\n"
+    )
     r = _reject(tmp_path, "benchmark-type.yaml", bench_type)
     assert (r.line, r.field, r.problem) == (4, "$.benchmark", "expected a mapping")
 
     # block_02: turn_009 pinned at 09:28, turn_010 takes the patch's 09:30: no room for a turn between
-    crowded = cal.replace("  - ref: turn_009\n", "  - ref: turn_009\n    occurred_at: '2026-05-12T09:28:00Z'\n").replace(
+    crowded = cal.replace(
+        "  - ref: turn_009\n", "  - ref: turn_009\n    occurred_at: '2026-05-12T09:28:00Z'\n"
+    ).replace(
         "  - ref: turn_010\n",
         "  - ref: turn_010b\n    actor_id: facilities\n    speaker: Facilities\n    content: ok\n  - ref: turn_010\n",
     )

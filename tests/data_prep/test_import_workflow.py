@@ -144,7 +144,9 @@ def test_cli_writes_layout_and_exit_codes(tmp_path, capsys):
     assert importer_main(["--format", "workflow-v2", str(GOOD), str(BAD), "--out", str(out), "--quiet"]) == 1
     printed = capsys.readouterr()
     assert "error: 8 of 11 records rejected" in printed.err
-    assert f"  {BAD}: 1/8" in printed.out and str(GOOD) not in printed.out  # per-file summary, troubled files only
+    assert (
+        f"  {BAD}: 1/8" in printed.out and str(GOOD) not in printed.out
+    )  # per-file summary, troubled files only
     args = ["--format", "workflow-v2", str(GOOD), str(BAD), "--out", str(out), "--quiet", "--allow-partial"]
     assert importer_main(args) == 0
     printed = capsys.readouterr()
@@ -156,11 +158,17 @@ def test_cli_writes_layout_and_exit_codes(tmp_path, capsys):
     rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     assert len(rejects) == 8 and set(rejects[0]) == {"source", "line", "field", "problem"}
     assert len([r for _, r in iter_runs(out / "runs" / "runs-00000.jsonl")]) == 3
-    assert [(s["name"], s["accepted"], s["rejected"]) for s in m["sources"]] == [(GOOD.name, 2, 0), (BAD.name, 1, 8)]
+    assert [(s["name"], s["accepted"], s["rejected"]) for s in m["sources"]] == [
+        (GOOD.name, 2, 0),
+        (BAD.name, 1, 8),
+    ]
     assert importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--strict", "--quiet"]) == 1
     # nothing imported is never a success
     capsys.readouterr()
-    assert importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--allow-partial", "--quiet"]) == 0
+    assert (
+        importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--allow-partial", "--quiet"])
+        == 0
+    )
     assert importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--quiet"]) == 1
     assert "error: 8 of 9 records rejected" in capsys.readouterr().err
     assert (
