@@ -11,6 +11,7 @@ evaluator below is written here from the rules, not taken from there.
 
 import copy
 import itertools
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -353,3 +354,35 @@ def test_cli_on_published_shapes(tmp_path, capsys):
     assert importer_main(["--format", "eal-case", str(FIX), "--out", str(again), "--quiet"]) == 0
     for rel in ("policy_cases/cases-00000.jsonl", "manifest.json"):
         assert (out / rel).read_bytes() == (again / rel).read_bytes()
+
+
+@pytest.mark.skipif(not os.environ.get("EAL_BENCH_DIR"), reason="set EAL_BENCH_DIR to an EAL-Bench checkout")
+def test_an_eal_bench_checkout_imports_and_agrees(capsys):
+    """Every procurement case of a local EAL-Bench checkout imports as it is, and the oracle, the gold
+    memory and the reference evaluator give each probe its label (EAL_BENCH_DIR=path/to/eal-bench)."""
+    root = Path(os.environ["EAL_BENCH_DIR"]) / "domains" / "procurement" / "corpus"
+    files = sorted(root.glob("*/*.yaml"))
+    assert files, f"no case files under {root}"
+    items = list(iter_items(files))
+    rejected = [str(i) for i in items if isinstance(i, Rejected)]
+    cases = [i.record for i in items if not isinstance(i, Rejected)]
+    probes = agree = variations = 0
+    for c in cases:
+        for p in c["probe_pairs"]:
+            for side, want in (("in_scope", EXECUTE), ("out_of_scope", DECLINE)):
+                probes += 1
+                agree += (
+                    decide(c, None, p[side]) == want
+                    and reference_authorized(c, p[side]) == (want == EXECUTE)
+                    and memory_decide(c["gold_memory"], p[side], c) == want
+                )
+        for r in requests_around(c):
+            variations += 1
+            assert (decide(c, None, r) == EXECUTE) == reference_authorized(c, r), (c["case_id"], r)
+    with capsys.disabled():
+        print(
+            f"\nEAL-Bench checkout {root}: {len(files)} files, {len(cases)} imported, {len(rejected)} rejected; "
+            f"{agree}/{probes} probes agree; {variations} variations agree with the reference evaluator"
+        )
+    assert not rejected, rejected[:5]
+    assert agree == probes
