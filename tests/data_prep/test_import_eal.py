@@ -66,6 +66,11 @@ def test_malformed_cases_report_file_line_field():
     )
 
 
+def test_yaml_time_stamps_keep_their_fraction_of_a_second():
+    value, _ = load_with_lines("a: 2026-05-12T09:30:00.25Z\nb: 2026-05-12T11:30:00+02:00\n")
+    assert value == {"a": "2026-05-12T09:30:00.250000Z", "b": "2026-05-12T09:30:00Z"}
+
+
 def test_yaml_loader_rejects_duplicates_and_multiple_documents(tmp_path):
     for text, line, field in (("a: 1\nb: 2\na: 3\n", 3, "$.a"), ("a: 1\n---\nb: 2\n", 3, "$"), ("", 1, "$")):
         try:
