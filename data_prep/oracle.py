@@ -45,10 +45,10 @@ RECORD_FIELDS = (
     "valid_until",
     "status",
     "source_turn_refs",
-    "supersedes_ref",
 )
-# fields a record may leave out (a record that replaced no other has no ``supersedes_ref``)
-OPTIONAL_RECORD_FIELDS = ("supersedes_ref",)
+# An event's record may also name the record it replaces; memory records keep the fields above only
+# (the supersession shows in memory as the old record's absence).
+EVENT_RECORD_FIELDS = (*RECORD_FIELDS, "supersedes_ref")
 PATCHABLE = (
     "grantee",
     "effect",
@@ -195,8 +195,7 @@ def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict
     """The records a faithful memory holds at the end of the history: in force then or later.
 
     Revoked and superseded records and records whose window closed before the end are left out;
-    records are typed with every field of ``RECORD_FIELDS`` (``supersedes_ref`` only where a record
-    replaced another) and ordered by first issue.
+    records are typed with every field of ``RECORD_FIELDS`` and ordered by first issue.
     """
     end = at or history_end(case)
     state = records_at(case["events"], set(case["authorized_issuers"]), end)
@@ -206,13 +205,7 @@ def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict
             continue
         if parse_time(rec["valid_until"]) <= end:
             continue
-        out.append(
-            {
-                k: _copy(rec.get(k))
-                for k in RECORD_FIELDS
-                if k not in OPTIONAL_RECORD_FIELDS or rec.get(k) is not None
-            }
-        )
+        out.append({k: _copy(rec.get(k)) for k in RECORD_FIELDS})
     return out
 
 

@@ -17,9 +17,9 @@ from typing import Any
 from data_prep.oracle import (
     DECLINE,
     EFFECTS,
+    EVENT_RECORD_FIELDS,
     EVENT_TYPES,
     EXECUTE,
-    OPTIONAL_RECORD_FIELDS,
     PATCHABLE,
     RECORD_FIELDS,
     REQUEST_FIELDS,
@@ -145,15 +145,18 @@ def _list(d: dict, key: str, where: str) -> list:
     return d[key]
 
 
-def validate_record(rec: Any, where: str, *, partial: bool = False) -> dict:
-    """An authorization record (or, with ``partial``, a patch: a subset of the patchable fields)."""
+def validate_record(rec: Any, where: str, *, partial: bool = False, event: bool = False) -> dict:
+    """An authorization record (or, with ``partial``, a patch: a subset of the patchable fields).
+
+    With ``event`` it is an event's record, which may also carry ``supersedes_ref``.
+    """
     rec = _obj(rec, where)
-    allowed = PATCHABLE if partial else RECORD_FIELDS
+    allowed = PATCHABLE if partial else EVENT_RECORD_FIELDS if event else RECORD_FIELDS
     _no_extra(rec, allowed, where)
     if partial and not rec:
         raise RecordError(where, "a patch must change at least one field")
     for key in allowed:
-        if (partial or key in OPTIONAL_RECORD_FIELDS) and key not in rec:
+        if (partial or key == "supersedes_ref") and key not in rec:
             continue
         if key in ("allowed_categories", "source_turn_refs"):
             _strs(rec, key, where, nonempty=key == "allowed_categories")
@@ -250,7 +253,7 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
         if kind == "issue":
             if "record" not in e:
                 raise RecordError(f"{ew}.record", "missing (an issue event carries the record)")
-            validate_record(e["record"], f"{ew}.record")
+            validate_record(e["record"], f"{ew}.record", event=True)
             if e["record"]["authorization_ref"] != e["authorization_ref"]:
                 raise RecordError(
                     f"{ew}.record.authorization_ref", "differs from the event's authorization_ref"
@@ -262,7 +265,7 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
         elif kind == "replace":
             if "record" not in e:
                 raise RecordError(f"{ew}.record", "missing (a replace event carries the replacement record)")
-            validate_record(e["record"], f"{ew}.record")
+            validate_record(e["record"], f"{ew}.record", event=True)
             if e["record"]["authorization_ref"] == e["authorization_ref"]:
                 raise RecordError(
                     f"{ew}.record.authorization_ref",

@@ -24,7 +24,9 @@ What the conversion does, field by field:
 - ``effect: permit_exception`` (EAL-Bench's permitting effect) becomes ``allow``, the project's word
   for it (``provenance.effects_mapped`` counts it); ``deny`` and ``allow`` stay;
 - ``event_type: replace`` is kept: its ``authorization_ref`` names the replaced record, its ``record``
-  the replacement (with ``supersedes_ref``); the oracle marks the old record ``superseded``;
+  the replacement (with ``supersedes_ref``); the oracle marks the old record ``superseded``, and the
+  gold memory holds the replacement (memory records have no ``supersedes_ref``: the old record's
+  absence is the supersession);
 - the events must make a sound lifecycle (no reissued ref, no change to an unknown, revoked or superseded
   record; a revoked record may still be replaced), and every probe pair must agree with the oracle
   (in-scope executes, out-of-scope declines); otherwise the case is rejected with the field at fault.

@@ -16,13 +16,22 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from data_prep.importer import main as importer_main
 from data_prep.importers.common import Rejected
 from data_prep.importers.eal_case import iter_items
-from data_prep.oracle import DECLINE, EXECUTE, decide, gold_memory_from_events, memory_decide, records_at
-from data_prep.policy_case import iter_policy_case_file, validate_policy_case
+from data_prep.oracle import (
+    DECLINE,
+    EXECUTE,
+    RECORD_FIELDS,
+    decide,
+    gold_memory_from_events,
+    memory_decide,
+    records_at,
+)
+from data_prep.policy_case import iter_policy_case_file, load_schema, validate_policy_case
 from data_prep.synth import SynthConfig, iter_policy_cases
 
 FIX = Path(__file__).parent / "fixtures" / "eal-bench"
@@ -114,8 +123,10 @@ def requests_around(case: dict) -> list[dict]:
 
 def test_published_shapes_import_with_their_metadata(cases):
     assert sorted(cases) == ["benchmark-revoke-replace", "calibration-narrowing", "generated-revoke-replace"]
+    schema = jsonschema.Draft202012Validator(load_schema())
     for c in cases.values():
         validate_policy_case(c)
+        assert not list(schema.iter_errors(c))
         eal = c["metadata"]["eal"]
         assert set(eal) == {"schema_version", "source_id_namespace", "benchmark", "tags"}
         assert c["family"] == eal["benchmark"]["case_family_id"]
@@ -170,7 +181,10 @@ def test_replace_supersedes_and_the_replacement_is_the_gold_memory(cases):
     assert {k: v["status"] for k, v in state.items()} == {"auth_first": "superseded", "auth_second": "active"}
     assert state["auth_first"]["source_turn_refs"] == ["turn_003", "turn_009"]
     (gold,) = b["gold_memory"]
-    assert gold["authorization_ref"] == "auth_second" and gold["supersedes_ref"] == "auth_first"
+    assert (
+        gold["authorization_ref"] == "auth_second" and state["auth_second"]["supersedes_ref"] == "auth_first"
+    )
+    assert list(gold) == list(RECORD_FIELDS)  # memory keeps the memory vocabulary: no supersedes_ref
     assert gold["vendor"] == "QuartzLab" and gold["max_amount"] == 6000 and gold["effect"] == "allow"
     old_vendor = dict(b["probe_pairs"][0]["in_scope"], vendor="VialWorks")
     assert decide(b, None, old_vendor) == DECLINE  # the superseded exception no longer authorizes
@@ -223,7 +237,6 @@ def test_memory_decide_refuses_records_from_non_issuers(cases):
         valid_from="2026-08-12T10:00:00Z",
         valid_until="2026-12-31T00:00:00Z",
     )
-    claim.pop("supersedes_ref")
     req = dict(b["probe_pairs"][0]["in_scope"], vendor="VialWorks", category="reagents", amount=10000)
     memory = [*b["gold_memory"], claim]
     assert decide(b, None, req) == DECLINE

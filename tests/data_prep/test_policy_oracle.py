@@ -7,8 +7,22 @@ from collections import Counter
 import jsonschema
 import pytest
 
-from data_prep.oracle import DECLINE, EXECUTE, decide, gold_memory_from_events, memory_decide
-from data_prep.policy_case import iter_policy_case_file, load_schema, probe_problems, validate_policy_case
+from data_prep.oracle import (
+    DECLINE,
+    EXECUTE,
+    decide,
+    gold_memory_from_events,
+    memory_decide,
+    parse_time,
+    records_at,
+)
+from data_prep.policy_case import (
+    iter_policy_case_file,
+    load_schema,
+    probe_problems,
+    validate_policy_case,
+    validate_record,
+)
 from data_prep.records import LineError, RecordError
 from data_prep.synth import SynthConfig, iter_policy_cases
 from data_prep.synth.config import MEMORY_ERRORS
@@ -304,8 +318,16 @@ def test_replace_supersedes_the_named_record():
         "events": ev,
     }
     (gold,) = gold_memory_from_events(case)
-    assert gold["authorization_ref"] == "AUTH-2" and gold["supersedes_ref"] == "AUTH-1"
-    assert "supersedes_ref" not in gold_memory_from_events(dict(case, events=[issue()]))[0]
+    assert (
+        gold["authorization_ref"] == "AUTH-2" and gold["vendor"] == "orbital" and "supersedes_ref" not in gold
+    )
+    state = records_at(ev, set(ISSUERS), parse_time("2026-03-20T00:00:00Z"))
+    assert state["AUTH-1"]["status"] == "superseded" and state["AUTH-2"]["supersedes_ref"] == "AUTH-1"
+    # an event's record may name what it replaces; a memory record may not (the memory vocabulary)
+    validate_record(ev[1]["record"], "$.r", event=True)
+    with pytest.raises(RecordError) as exc:
+        validate_record(ev[1]["record"], "$.r")
+    assert exc.value.field == "$.r.supersedes_ref"
 
 
 def test_permit_exception_permits_and_memory_decide_checks_issuers():
