@@ -4,16 +4,24 @@ A request ``{grantee, action, vendor, category, amount, currency, action_time}``
 action time iff some authorization record is **in force** then and **covers** it:
 
 - in force at ``t``: issued by an authorized issuer with ``effective_at <= t``; every patch by an
-  authorized issuer with ``effective_at <= t`` applied in time order; not revoked by an authorized issuer
-  with ``effective_at <= t``; ``status == "active"``; ``valid_from <= t < valid_until``;
+  authorized issuer with ``effective_at <= t`` applied in time order; not revoked or superseded by an
+  authorized issuer with ``effective_at <= t``; ``status == "active"``; ``valid_from <= t < valid_until``;
 - covers: same grantee, action, vendor and currency, ``category in allowed_categories`` and
-  ``amount <= max_amount``; ``effect == "allow"``. An in-force ``deny`` record that covers the request
-  wins over any allow.
+  ``amount <= max_amount``; a permitting effect (``allow``, or EAL-Bench's ``permit_exception``). An
+  in-force ``deny`` record that covers the request wins over any permit.
+
+Event types: ``issue`` (a new record), ``patch`` (changes fields of an active record), ``revoke`` (the
+record's status becomes ``revoked``) and ``replace`` (EAL-Bench's revoke-replace: the event's
+``authorization_ref`` names the old record, which becomes ``superseded``; the event's ``record`` is the
+new one, under its own ``authorization_ref``, with ``supersedes_ref`` naming the old one; an old record
+that was revoked first may still be replaced).
 
 Events by anyone not in ``authorized_issuers`` are ignored: a scope claim is not an authorization.
 ``decide`` works from the events alone; ``memory_decide`` applies a memory's typed records the same way
-(it trusts the memory, as an executor that sees only memory must); ``gold_memory_from_events`` gives the
-records in force at the end of the history, which is what a faithful memory holds.
+(it trusts the memory's scope, as an executor that sees only memory must, but, given the case's
+authorized issuers, refuses a record whose ``issuer`` is not one of them: EAL-Bench's
+``authority_confusion`` hazard); ``gold_memory_from_events`` gives the records in force at the end of the
+history, which is what a faithful memory holds.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ RECORD_FIELDS = (
     "status",
     "source_turn_refs",
 )
+# An event's record may also name the record it replaces; memory records keep the fields above only
+# (the supersession shows in memory as the old record's absence).
+EVENT_RECORD_FIELDS = (*RECORD_FIELDS, "supersedes_ref")
 PATCHABLE = (
     "grantee",
     "effect",
@@ -51,7 +62,11 @@ PATCHABLE = (
     "status",
 )
 REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
-EVENT_TYPES = ("issue", "patch", "revoke")
+EVENT_TYPES = ("issue", "patch", "revoke", "replace")
+PERMIT_EFFECTS = ("allow", "permit_exception")  # permit_exception: EAL-Bench's only procurement effect
+DENY_EFFECTS = ("deny",)
+EFFECTS = (*PERMIT_EFFECTS, *DENY_EFFECTS)
+STATUSES = ("active", "revoked", "superseded")
 
 
 def parse_time(value: str) -> datetime:
@@ -86,7 +101,7 @@ def records_at(events: list[dict], issuers: set[str], t: datetime) -> dict[str, 
             rec["authorization_ref"] = ref
             rec["source_turn_refs"] = list(rec.get("source_turn_refs") or ev.get("source_turn_refs", []))
             state[ref] = rec
-        elif kind == "patch" and ref in state and state[ref].get("status") != "revoked":
+        elif kind == "patch" and ref in state and state[ref].get("status") not in ("revoked", "superseded"):
             rec = state[ref]
             for key, value in ev["patch"].items():
                 if key in PATCHABLE:
@@ -94,6 +109,17 @@ def records_at(events: list[dict], issuers: set[str], t: datetime) -> dict[str, 
             rec["source_turn_refs"] = _merge(rec.get("source_turn_refs", []), ev.get("source_turn_refs", []))
         elif kind == "revoke" and ref in state:
             state[ref]["status"] = "revoked"
+        elif kind == "replace":
+            if ref in state:
+                old = state[ref]
+                old["status"] = "superseded"
+                old["source_turn_refs"] = _merge(
+                    old.get("source_turn_refs", []), ev.get("source_turn_refs", [])
+                )
+            rec = dict(ev["record"])
+            rec.setdefault("supersedes_ref", ref)
+            rec["source_turn_refs"] = list(rec.get("source_turn_refs") or ev.get("source_turn_refs", []))
+            state[rec["authorization_ref"]] = rec
     return state
 
 
@@ -119,12 +145,16 @@ def covers(record: dict, request: dict, t: datetime | None = None) -> bool:
         return False
 
 
-def _decide_records(records: list[dict] | Any, request: dict) -> str:
+def _decide_records(records: list[dict] | Any, request: dict, issuers: set[str] | None = None) -> str:
     t = parse_time(request["action_time"])
-    matching = [r for r in records if isinstance(r, dict) and covers(r, request, t)]
-    if any(r.get("effect") == "deny" for r in matching):
+    matching = [
+        r
+        for r in records
+        if isinstance(r, dict) and covers(r, request, t) and (issuers is None or r.get("issuer") in issuers)
+    ]
+    if any(r.get("effect") in DENY_EFFECTS for r in matching):
         return DECLINE
-    return EXECUTE if any(r.get("effect") == "allow" for r in matching) else DECLINE
+    return EXECUTE if any(r.get("effect") in PERMIT_EFFECTS for r in matching) else DECLINE
 
 
 def decide(case_or_events: Any, issuers: Any, request: dict) -> str:
@@ -138,9 +168,18 @@ def decide(case_or_events: Any, issuers: Any, request: dict) -> str:
     return _decide_records(list(state.values()), request)
 
 
-def memory_decide(memory_records: list[dict], request: dict) -> str:
-    """Apply a memory's typed records to a request (the deterministic ``rules`` executor)."""
-    return _decide_records(memory_records, request)
+def memory_decide(memory_records: list[dict], request: dict, authorized_issuers: Any = None) -> str:
+    """Apply a memory's typed records to a request (the deterministic ``rules`` executor).
+
+    ``authorized_issuers`` (the case's, or the case itself) makes a record count only if its
+    ``issuer`` is one of them, as EAL-Bench's executor rules do: a memory that attributes a scope to a
+    non-authoritative speaker authorizes nothing. Left as None, issuers are not checked (the memory
+    is trusted whole); a faithful (gold) memory decides the same either way.
+    """
+    if isinstance(authorized_issuers, dict):
+        authorized_issuers = authorized_issuers["authorized_issuers"]
+    issuers = None if authorized_issuers is None else set(authorized_issuers)
+    return _decide_records(memory_records, request, issuers)
 
 
 def history_end(case: dict) -> datetime:
@@ -155,8 +194,8 @@ def history_end(case: dict) -> datetime:
 def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict]:
     """The records a faithful memory holds at the end of the history: in force then or later.
 
-    Revoked records and records whose window closed before the end are left out; records are typed
-    with every field of ``RECORD_FIELDS`` and ordered by first issue.
+    Revoked and superseded records and records whose window closed before the end are left out;
+    records are typed with every field of ``RECORD_FIELDS`` and ordered by first issue.
     """
     end = at or history_end(case)
     state = records_at(case["events"], set(case["authorized_issuers"]), end)

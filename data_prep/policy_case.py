@@ -1,7 +1,7 @@
 """The policy-case record (``policy-case/v1``): EAL-style authorization cases, validated with field paths.
 
 A case holds the policy text, the authorized issuers, a long noisy message history (blocks of turns),
-the authoritative events (issue, patch, revoke), probe pairs per dimension (an in-scope request that is
+the authoritative events (issue, patch, revoke, replace), probe pairs per dimension (an in-scope request that is
 authorized and an out-of-scope one that is not), the gold memory (records in force at the end), and the
 teacher's scripted memory with its recorded errors. ``data_prep/schemas/policy-case-v1.schema.json``
 describes the same shape for other tools; the oracle lives in ``data_prep.oracle``.
@@ -14,7 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.oracle import DECLINE, EXECUTE, PATCHABLE, RECORD_FIELDS, REQUEST_FIELDS, decide, parse_time
+from data_prep.oracle import (
+    DECLINE,
+    EFFECTS,
+    EVENT_RECORD_FIELDS,
+    EVENT_TYPES,
+    EXECUTE,
+    PATCHABLE,
+    RECORD_FIELDS,
+    REQUEST_FIELDS,
+    STATUSES,
+    decide,
+    parse_time,
+)
 from data_prep.records import LineError, RecordError, iter_jsonl
 
 CASE_SCHEMA = "policy-case/v1"
@@ -133,15 +145,18 @@ def _list(d: dict, key: str, where: str) -> list:
     return d[key]
 
 
-def validate_record(rec: Any, where: str, *, partial: bool = False) -> dict:
-    """An authorization record (or, with ``partial``, a patch: a subset of the patchable fields)."""
+def validate_record(rec: Any, where: str, *, partial: bool = False, event: bool = False) -> dict:
+    """An authorization record (or, with ``partial``, a patch: a subset of the patchable fields).
+
+    With ``event`` it is an event's record, which may also carry ``supersedes_ref``.
+    """
     rec = _obj(rec, where)
-    allowed = PATCHABLE if partial else RECORD_FIELDS
+    allowed = PATCHABLE if partial else EVENT_RECORD_FIELDS if event else RECORD_FIELDS
     _no_extra(rec, allowed, where)
     if partial and not rec:
         raise RecordError(where, "a patch must change at least one field")
     for key in allowed:
-        if partial and key not in rec:
+        if (partial or key == "supersedes_ref") and key not in rec:
             continue
         if key in ("allowed_categories", "source_turn_refs"):
             _strs(rec, key, where, nonempty=key == "allowed_categories")
@@ -150,11 +165,11 @@ def validate_record(rec: Any, where: str, *, partial: bool = False) -> dict:
         elif key in ("valid_from", "valid_until"):
             _time(rec, key, where)
         elif key == "effect":
-            if _str(rec, key, where) not in ("allow", "deny"):
-                raise RecordError(f"{where}.effect", f"must be allow|deny, got {rec[key]!r}")
+            if _str(rec, key, where) not in EFFECTS:
+                raise RecordError(f"{where}.effect", f"must be {'|'.join(EFFECTS)}, got {rec[key]!r}")
         elif key == "status":
-            if _str(rec, key, where) not in ("active", "revoked"):
-                raise RecordError(f"{where}.status", f"must be active|revoked, got {rec[key]!r}")
+            if _str(rec, key, where) not in STATUSES:
+                raise RecordError(f"{where}.status", f"must be {'|'.join(STATUSES)}, got {rec[key]!r}")
         else:
             _str(rec, key, where)
     if not partial and parse_time(rec["valid_until"]) <= parse_time(rec["valid_from"]):
@@ -225,8 +240,8 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
             raise RecordError(f"{ew}.ref", f"duplicate event ref {ref!r}")
         event_refs.add(ref)
         kind = _str(e, "event_type", ew)
-        if kind not in ("issue", "patch", "revoke"):
-            raise RecordError(f"{ew}.event_type", f"must be issue|patch|revoke, got {kind!r}")
+        if kind not in EVENT_TYPES:
+            raise RecordError(f"{ew}.event_type", f"must be {'|'.join(EVENT_TYPES)}, got {kind!r}")
         _str(e, "issuer", ew)
         if _str(e, "block_ref", ew) not in block_refs:
             raise RecordError(f"{ew}.block_ref", f"no block {e['block_ref']!r}")
@@ -238,13 +253,31 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
         if kind == "issue":
             if "record" not in e:
                 raise RecordError(f"{ew}.record", "missing (an issue event carries the record)")
-            validate_record(e["record"], f"{ew}.record")
+            validate_record(e["record"], f"{ew}.record", event=True)
             if e["record"]["authorization_ref"] != e["authorization_ref"]:
                 raise RecordError(
                     f"{ew}.record.authorization_ref", "differs from the event's authorization_ref"
                 )
+            if "supersedes_ref" in e["record"]:
+                raise RecordError(
+                    f"{ew}.record.supersedes_ref", "only a replace event's record supersedes another"
+                )
+        elif kind == "replace":
+            if "record" not in e:
+                raise RecordError(f"{ew}.record", "missing (a replace event carries the replacement record)")
+            validate_record(e["record"], f"{ew}.record", event=True)
+            if e["record"]["authorization_ref"] == e["authorization_ref"]:
+                raise RecordError(
+                    f"{ew}.record.authorization_ref",
+                    "a replacement needs its own authorization_ref (the event's names the replaced record)",
+                )
+            if e["record"].get("supersedes_ref", e["authorization_ref"]) != e["authorization_ref"]:
+                raise RecordError(
+                    f"{ew}.record.supersedes_ref",
+                    f"must name the replaced record {e['authorization_ref']!r}, got {e['record']['supersedes_ref']!r}",
+                )
         elif "record" in e:
-            raise RecordError(f"{ew}.record", f"only issue events carry a record, this is {kind}")
+            raise RecordError(f"{ew}.record", f"only issue and replace events carry a record, this is {kind}")
         if kind == "patch":
             if "patch" not in e:
                 raise RecordError(f"{ew}.patch", "missing (a patch event carries the changed fields)")
@@ -290,6 +323,48 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
         if key in d:
             _obj(d[key], f"{where}.{key}")
     return d
+
+
+def lifecycle_problems(case: dict) -> list[str]:
+    """Events by authorized issuers, in effective-time order, that make no sound lifecycle.
+
+    ``events[i].authorization_ref: ...`` for an issue that reuses a ref, a patch, revoke or replace of a
+    record never issued, a patch or revoke of a record no longer active, a replacement of a superseded
+    record, or a replacement that reuses a ref. (Events by others are ignored by the oracle, so they
+    are not checked here.) The oracle tolerates all of these; an imported case should not contain them.
+    """
+    issuers = set(case["authorized_issuers"])
+    order = sorted(
+        (i for i, e in enumerate(case["events"]) if e["issuer"] in issuers),
+        key=lambda i: (parse_time(case["events"][i]["effective_at"]), i),
+    )
+    status: dict[str, str] = {}
+    out = []
+    for i in order:
+        e = case["events"][i]
+        ref, kind = e["authorization_ref"], e["event_type"]
+        at = f"events[{i}].authorization_ref"
+        if kind == "issue":
+            if ref in status:
+                out.append(f"{at}: issue reuses {ref!r}, already issued")
+            status[ref] = "active"
+            continue
+        if ref not in status:
+            out.append(f"{at}: {kind} of {ref!r}, which no earlier event issued")
+            continue
+        if kind in ("patch", "revoke") and status[ref] != "active":
+            out.append(f"{at}: {kind} of {ref!r}, which is already {status[ref]}")
+        elif kind == "replace" and status[ref] == "superseded":
+            out.append(f"{at}: replace of {ref!r}, which is already superseded")
+        if kind == "revoke":
+            status[ref] = "revoked"
+        elif kind == "replace":
+            status[ref] = "superseded"
+            new_ref = e["record"]["authorization_ref"]
+            if new_ref in status:
+                out.append(f"events[{i}].record.authorization_ref: the replacement reuses {new_ref!r}")
+            status[new_ref] = "active"
+    return out
 
 
 def probe_problems(case: dict) -> list[str]:

@@ -50,7 +50,8 @@ Item = Accepted | Rejected
 
 
 def expand_sources(sources: Iterable[str | Path], patterns: tuple[str, ...]) -> list[Path]:
-    """Files as given; directories expand to their matching files, sorted by name."""
+    """Files as given; directories expand to their matching files, sorted by name; a file named twice
+    (directly or through its directory) is read once, where it first appears."""
     out: list[Path] = []
     for s in sources:
         p = Path(s)
@@ -59,7 +60,7 @@ def expand_sources(sources: Iterable[str | Path], patterns: tuple[str, ...]) -> 
             out.extend(found)
         else:
             out.append(p)
-    return out
+    return list(dict.fromkeys(out))
 
 
 def run_import(
@@ -79,11 +80,14 @@ def run_import(
     rejects: list[Rejected] = []
     pending_cases: list[dict] = []
     extra = {"label_mismatch": 0, "runs_with_import_findings": 0}
+    per_source = {str(p): {"accepted": 0, "rejected": 0} for p in sources}
     bar = tqdm(desc=f"import {fmt}", unit="rec", disable=not progress, leave=False)
 
     def run_stream() -> Iterator[dict]:
         for item in items:
             bar.update(1)
+            tally = per_source.setdefault(item.source, {"accepted": 0, "rejected": 0})
+            tally["rejected" if isinstance(item, Rejected) else "accepted"] += 1
             if isinstance(item, Rejected):
                 if len(rejects) < echo_rejects:
                     print(item, file=sys.stderr)
@@ -123,6 +127,7 @@ def run_import(
                 "name": p.name,
                 "sha256": file_sha256(p) if p.is_file() else None,
                 "bytes": p.stat().st_size if p.is_file() else None,
+                **per_source[str(p)],
             }
             for p in sources
         ],

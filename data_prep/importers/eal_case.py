@@ -1,9 +1,37 @@
 """EAL-style case YAML (one case per file) into ``policy-case/v1`` records.
 
-Fields (``shared/notes/field-facts.md``): ``case_id, policy, authorized_issuers, blocks, events,
-probe_pairs``; optional ``family, title, description, metadata``. The gold memory is computed from the
-events by the oracle; a case whose probes the oracle disagrees with is rejected (the pair says
-in-scope but the events do not authorize it, or the reverse). No teacher memory is attached.
+Two shapes are read, told apart by nothing but their fields:
+
+- **EAL-Bench authoring YAML as published** (``domains/<domain>/corpus/<version>/*.yaml`` in the
+  EAL-Bench repository): ``schema_version, case_id, source_id_namespace, benchmark, policy,
+  authorized_issuers, blocks, events, probe_pairs, tags``;
+- the shorter EAL-style shape (``shared/notes/field-facts.md``): ``case_id, policy,
+  authorized_issuers, blocks, events, probe_pairs``, optional ``family, title, description, metadata``.
+
+What the conversion does, field by field:
+
+- top-level fields beyond ours (``schema_version``, ``source_id_namespace``, ``benchmark``, ``tags``,
+  ``authoring_hash``, and any other) are never rejected: they are kept verbatim under
+  ``metadata.eal`` and listed in ``provenance.kept_fields``; the known ones are type-checked;
+- ``family``: the file's ``family``, else ``benchmark.case_family_id``, else the case id less a trailing
+  number;
+- ``turns[].occurred_at`` may be left out; it is then derived the way EAL-Bench derives it: a turn that
+  an event cites takes the event's ``effective_at``; in a block, turns before its first timed turn are
+  five minutes apart counting back from it, turns after a timed turn five minutes apart counting
+  forward, and a block without any timed turn ends five minutes apart at its ``ended_at``. A derived time
+  that collides with a neighbour, runs past ``ended_at`` or falls before the previous block's end is an
+  error, as it is there. ``provenance.derived_occurred_at`` counts the derived turns;
+- ``effect: permit_exception`` (EAL-Bench's permitting effect) becomes ``allow``, the project's word
+  for it (``provenance.effects_mapped`` counts it); ``deny`` and ``allow`` stay;
+- ``event_type: replace`` is kept: its ``authorization_ref`` names the replaced record, its ``record``
+  the replacement (with ``supersedes_ref``); the oracle marks the old record ``superseded``, and the
+  gold memory holds the replacement (memory records have no ``supersedes_ref``: the old record's
+  absence is the supersession);
+- the events must make a sound lifecycle (no reissued ref, no change to an unknown, revoked or superseded
+  record; a revoked record may still be replaced), and every probe pair must agree with the oracle
+  (in-scope executes, out-of-scope declines); otherwise the case is rejected with the field at fault.
+
+The gold memory is computed from the events by the oracle. No teacher memory is attached.
 """
 
 from __future__ import annotations
@@ -11,16 +39,27 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from data_prep.importers.common import IMPORTER_VERSION, Accepted, Item, Rejected
 from data_prep.importers.yaml_lines import YamlError, line_of, load_with_lines
-from data_prep.oracle import gold_memory_from_events
-from data_prep.policy_case import CASE_SCHEMA, probe_problems, validate_policy_case
+from data_prep.oracle import gold_memory_from_events, parse_time
+from data_prep.policy_case import CASE_SCHEMA, lifecycle_problems, probe_problems, validate_policy_case
 from data_prep.records import RecordError
 
 REQUIRED = ("case_id", "policy", "authorized_issuers", "blocks", "events", "probe_pairs")
 OPTIONAL = ("family", "title", "description", "metadata")
+# EAL-Bench's own top-level fields, kept under metadata.eal with their types checked
+EAL_FIELDS = {
+    "schema_version": str,
+    "source_id_namespace": str,
+    "authoring_hash": str,
+    "benchmark": dict,
+    "tags": list,
+}
+EFFECT_MAP = {"permit_exception": "allow"}
+TURN_STEP = timedelta(minutes=5)
 
 
 def _family(case_id: str) -> str:
@@ -28,16 +67,171 @@ def _family(case_id: str) -> str:
     return fam or "eal"
 
 
+def _fmt(t: datetime) -> str:
+    if t.microsecond:
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _time_or_none(v: object) -> datetime | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        return parse_time(v)
+    except ValueError:
+        return None
+
+
+def derive_turn_times(blocks: object, events: object, lines: dict[str, int]) -> int:
+    """Fill in every missing ``turns[].occurred_at`` in place; return how many were derived.
+
+    Shapes that are wrong here (a block that is not a mapping, a time that does not parse) are left
+    for ``validate_policy_case`` to report; only what the derivation itself finds is raised here.
+    """
+    if not isinstance(blocks, list) or not isinstance(events, list):
+        return 0
+    where: dict[str, str] = {}  # turn ref -> field path
+    explicit: dict[str, datetime] = {}
+    for i, b in enumerate(blocks):
+        if not isinstance(b, dict) or not isinstance(b.get("turns"), list):
+            continue
+        for j, t in enumerate(b["turns"]):
+            if isinstance(t, dict) and isinstance(t.get("ref"), str):
+                where.setdefault(t["ref"], f"$.blocks[{i}].turns[{j}]")
+                if t.get("occurred_at") is not None:
+                    at = _time_or_none(t["occurred_at"])
+                    if at is not None:
+                        explicit[t["ref"]] = at
+    anchors = dict(explicit)
+    cited_by: dict[str, str] = {}
+    for k, e in enumerate(events):
+        if not isinstance(e, dict) or not isinstance(e.get("source_turn_refs"), list):
+            continue
+        at = _time_or_none(e.get("effective_at"))
+        if at is None:
+            continue
+        for ref in e["source_turn_refs"]:
+            if not isinstance(ref, str) or ref not in where or ref in explicit:
+                continue
+            if ref in anchors and anchors[ref] != at:
+                field = f"$.events[{k}].source_turn_refs"
+                raise YamlError(
+                    line_of(lines, field),
+                    field,
+                    f"turn {ref!r} has no occurred_at and is cited by events at different times "
+                    f"({cited_by[ref]} and {e.get('ref')!r}), so its time cannot be derived",
+                )
+            anchors[ref] = at
+            cited_by.setdefault(ref, repr(e.get("ref")))
+
+    derived = 0
+    previous_end: datetime | None = None
+    for i, b in enumerate(blocks):
+        if not isinstance(b, dict) or not isinstance(b.get("turns"), list):
+            previous_end = None
+            continue
+        end = _time_or_none(b.get("ended_at"))
+        turns = b["turns"]
+        refs = [t.get("ref") if isinstance(t, dict) else None for t in turns]
+        missing = [j for j, t in enumerate(turns) if isinstance(t, dict) and t.get("occurred_at") is None]
+        if not missing or end is None:
+            previous_end = end
+            continue
+        fixed = {j: anchors[r] for j, r in enumerate(refs) if isinstance(r, str) and r in anchors}
+        times: dict[int, datetime] = {}
+        if not fixed:
+            for j in range(len(turns)):
+                times[j] = end - TURN_STEP * (len(turns) - 1 - j)
+        else:
+            order = sorted(fixed)
+            for j in range(order[0]):
+                times[j] = fixed[order[0]] - TURN_STEP * (order[0] - j)
+            for left, right in zip(order, order[1:]):
+                if right - left > 1 and fixed[left] + TURN_STEP * (right - left - 1) >= fixed[right]:
+                    raise YamlError(
+                        line_of(lines, f"$.blocks[{i}].turns[{left + 1}]"),
+                        f"$.blocks[{i}].turns[{left + 1}].occurred_at",
+                        f"no room to derive occurred_at for the {right - left - 1} turn(s) between "
+                        f"{refs[left]!r} and {refs[right]!r} (five minutes apart)",
+                    )
+                for j in range(left + 1, right):
+                    times[j] = fixed[left] + TURN_STEP * (j - left)
+            for j in range(order[-1] + 1, len(turns)):
+                times[j] = fixed[order[-1]] + TURN_STEP * (j - order[-1])
+            times.update(fixed)
+        for j in missing:
+            t = times[j]
+            field = f"$.blocks[{i}].turns[{j}].occurred_at"
+            if t > end:
+                raise YamlError(
+                    line_of(lines, f"$.blocks[{i}].turns[{j}]"),
+                    field,
+                    f"derived time {_fmt(t)} is after the block's ended_at {_fmt(end)}",
+                )
+            if previous_end is not None and t <= previous_end:
+                raise YamlError(
+                    line_of(lines, f"$.blocks[{i}].turns[{j}]"),
+                    field,
+                    f"derived time {_fmt(t)} is not after the previous block's ended_at {_fmt(previous_end)}",
+                )
+            turns[j]["occurred_at"] = _fmt(t)
+            derived += 1
+        previous_end = end
+    return derived
+
+
+def _map_effects(events: object) -> int:
+    n = 0
+    if not isinstance(events, list):
+        return 0
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        for key in ("record", "patch"):
+            body = e.get(key)
+            if isinstance(body, dict) and body.get("effect") in EFFECT_MAP:
+                body["effect"] = EFFECT_MAP[body["effect"]]
+                n += 1
+    return n
+
+
+def _drop_nulls(events: object) -> None:
+    """``record: null`` / ``patch: null`` mean absent, as EAL-Bench reads them."""
+    if isinstance(events, list):
+        for e in events:
+            if isinstance(e, dict):
+                for key in ("record", "patch"):
+                    if key in e and e[key] is None:
+                        del e[key]
+
+
 def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
     """Raise ``YamlError(line, field, problem)`` for anything wrong; return the ``policy-case/v1`` dict."""
     if not isinstance(raw, dict):
         raise YamlError(lines.get("$", 1), "$", "a case must be a YAML mapping")
-    for key in raw:
-        if key not in REQUIRED + OPTIONAL:
-            raise YamlError(line_of(lines, f"$.{key}"), f"$.{key}", "unknown field")
     for key in REQUIRED:
         if key not in raw:
             raise YamlError(lines.get("$", 1), f"$.{key}", "missing")
+    kept = {}
+    for key, value in raw.items():
+        if key in REQUIRED + OPTIONAL:
+            continue
+        want = EAL_FIELDS.get(key)
+        if want is not None and not isinstance(value, want):
+            raise YamlError(
+                line_of(lines, f"$.{key}"),
+                f"$.{key}",
+                f"expected {'a mapping' if want is dict else want.__name__}",
+            )
+        kept[key] = value
+    if "tags" in kept and not all(isinstance(t, str) for t in kept["tags"]):
+        raise YamlError(line_of(lines, "$.tags"), "$.tags", "expected a list of strings")
+    bench = kept.get("benchmark", {})
+    if "case_family_id" in bench and not (
+        isinstance(bench["case_family_id"], str) and bench["case_family_id"]
+    ):
+        field = "$.benchmark.case_family_id"
+        raise YamlError(line_of(lines, field), field, "expected a non-empty string")
     meta = raw.get("metadata", {})
     if not isinstance(meta, dict):
         raise YamlError(line_of(lines, "$.metadata"), "$.metadata", "expected a mapping")
@@ -51,10 +245,27 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
     for key in ("title", "description"):
         if key in raw:
             metadata[key] = raw[key]
+    if kept:
+        metadata["eal"] = kept
+    _drop_nulls(raw["events"])
+    derived = derive_turn_times(raw["blocks"], raw["events"], lines)
+    mapped = _map_effects(raw["events"])
+    provenance = {
+        "source": "eal-case",
+        "file": name,
+        "sha256": sha256,
+        "importer_version": IMPORTER_VERSION,
+    }
+    if kept:
+        provenance["kept_fields"] = sorted(kept)
+    if derived:
+        provenance["derived_occurred_at"] = derived
+    if mapped:
+        provenance["effects_mapped"] = {"map": dict(EFFECT_MAP), "count": mapped}
     case = {
         "schema": CASE_SCHEMA,
         "case_id": case_id,
-        "family": raw.get("family") or _family(case_id),
+        "family": raw.get("family") or bench.get("case_family_id") or _family(case_id),
         "policy": raw["policy"],
         "authorized_issuers": raw["authorized_issuers"],
         "blocks": raw["blocks"],
@@ -62,19 +273,17 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
         "probe_pairs": raw["probe_pairs"],
         "gold_memory": [],
         "teacher": None,
-        "provenance": {
-            "source": "eal-case",
-            "file": name,
-            "sha256": sha256,
-            "importer_version": IMPORTER_VERSION,
-        },
+        "provenance": provenance,
         "metadata": metadata,
     }
     try:
         validate_policy_case(case)
     except RecordError as exc:
         raise YamlError(line_of(lines, exc.field), exc.field, exc.problem) from None
-    for problem in probe_problems(case):
+    for key in ("blocks", "events", "probe_pairs"):
+        if not case[key]:
+            raise YamlError(line_of(lines, f"$.{key}"), f"$.{key}", "must not be empty")
+    for problem in (*lifecycle_problems(case), *probe_problems(case)):
         field, text = problem.split(": ", 1)
         raise YamlError(line_of(lines, "$." + field), "$." + field, text)
     case["gold_memory"] = gold_memory_from_events(case)

@@ -74,7 +74,7 @@ def _build(node: yaml.Node, path: str, lines: dict[str, int], c: yaml.SafeLoader
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if value.microsecond else "%Y-%m-%dT%H:%M:%SZ")
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):

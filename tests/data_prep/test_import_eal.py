@@ -57,11 +57,18 @@ def test_malformed_cases_report_file_line_field():
         "missing-probes.yaml": (1, "$.probe_pairs"),
         "probe-disagrees.yaml": (24, "$.probe_pairs[0].out_of_scope"),
         "syntax.yaml": (3, "$"),
-        "unknown-field.yaml": (4, "$.approver"),
+        "empty-history.yaml": (5, "$.blocks"),
     }
     assert rejects["bad-amount.yaml"].problem == "expected number, got string"
     assert "oracle says execute_requested" in rejects["probe-disagrees.yaml"].problem
-    assert str(rejects["unknown-field.yaml"]) == f"{BAD / 'unknown-field.yaml'}:4: $.approver: unknown field"
+    assert (
+        str(rejects["empty-history.yaml"]) == f"{BAD / 'empty-history.yaml'}:5: $.blocks: must not be empty"
+    )
+
+
+def test_yaml_time_stamps_keep_their_fraction_of_a_second():
+    value, _ = load_with_lines("a: 2026-05-12T09:30:00.25Z\nb: 2026-05-12T11:30:00+02:00\n")
+    assert value == {"a": "2026-05-12T09:30:00.250000Z", "b": "2026-05-12T09:30:00Z"}
 
 
 def test_yaml_loader_rejects_duplicates_and_multiple_documents(tmp_path):
@@ -78,17 +85,40 @@ def test_yaml_loader_rejects_duplicates_and_multiple_documents(tmp_path):
     assert isinstance(item, Rejected) and item.line == 2 and "UTF-8" in item.problem
 
 
+def test_unknown_top_level_fields_are_kept_not_rejected(tmp_path):
+    text = (FIX / "eal-travel-0002.yaml").read_text()
+    p = tmp_path / "extra.yaml"
+    p.write_text("approver: dev.patel\nreview: {round: 2}\n" + text)
+    (item,) = list(iter_items([p]))
+    assert isinstance(item, Accepted), item
+    assert item.record["metadata"]["eal"] == {"approver": "dev.patel", "review": {"round": 2}}
+    assert item.record["provenance"]["kept_fields"] == ["approver", "review"]
+
+
 def test_cli_imports_cases(tmp_path, capsys):
     out = tmp_path / "out"
+    args = ["--format", "eal-case", *map(str, GOOD), str(BAD), "--out", str(out), "--quiet"]
+    assert importer_main(args) == 1  # five files rejected
+    printed = capsys.readouterr()
+    assert "error: 5 of 7 records rejected" in printed.err
+    assert f"  {BAD / 'syntax.yaml'}: 0/1" in printed.out and str(GOOD[0]) not in printed.out
+    assert importer_main([*args, "--allow-partial"]) == 0
     assert (
-        importer_main(["--format", "eal-case", *map(str, GOOD), str(BAD), "--out", str(out), "--quiet"]) == 0
+        "7 records read from 7 files, 2 accepted (0 runs, 2 policy cases), 5 rejected"
+        in capsys.readouterr().out
     )
-    assert "7 records read, 2 accepted (0 runs, 2 policy cases), 5 rejected" in capsys.readouterr().out
     cases = [c for _, c in iter_policy_case_file(out / "policy_cases" / "cases-00000.jsonl")]
     assert [c["case_id"] for c in cases] == ["procurement-spend-0001", "travel-approval-0002"]
     m = json.loads((out / "manifest.json").read_text())
     assert m["counts"]["probe_pairs"] == 9 and m["counts"]["policy_cases"] == 2
     assert importer_main(["--format", "eal-case", str(BAD), "--out", str(out), "--strict", "--quiet"]) == 1
+    # a folder of which nothing imports fails whatever the flags, and says so
+    assert (
+        importer_main(["--format", "eal-case", str(BAD), "--out", str(out), "--allow-partial", "--quiet"])
+        == 1
+    )
+    assert "error: nothing imported (5 rejected of 5 read)" in capsys.readouterr().err
+    assert importer_main(["--format", "eal-case", *map(str, GOOD), "--out", str(out), "--quiet"]) == 0
 
 
 def test_alias_bomb_is_refused(tmp_path):

@@ -54,3 +54,10 @@ def test_missing_inputs(tmp_path, capsys):
         importer_main(["--format", "runs", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     )
     assert "no input files" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert importer_main(["--format", "runs", str(empty), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    printed = capsys.readouterr()
+    assert (
+        "error: nothing imported (0 rejected of 0 read)" in printed.err and f"  {empty}: 0/0" in printed.out
+    )

@@ -140,9 +140,17 @@ def test_duplicate_workflow_ids_rejected(tmp_path):
 
 def test_cli_writes_layout_and_exit_codes(tmp_path, capsys):
     out = tmp_path / "out"
-    assert importer_main(["--format", "workflow-v2", str(GOOD), str(BAD), "--out", str(out), "--quiet"]) == 0
+    # rejections fail the import unless --allow-partial; the accepted records are written either way
+    assert importer_main(["--format", "workflow-v2", str(GOOD), str(BAD), "--out", str(out), "--quiet"]) == 1
     printed = capsys.readouterr()
-    assert "11 records read, 3 accepted (3 runs, 0 policy cases), 8 rejected" in printed.out
+    assert "error: 8 of 11 records rejected" in printed.err
+    assert (
+        f"  {BAD}: 1/8" in printed.out and str(GOOD) not in printed.out
+    )  # per-file summary, troubled files only
+    args = ["--format", "workflow-v2", str(GOOD), str(BAD), "--out", str(out), "--quiet", "--allow-partial"]
+    assert importer_main(args) == 0
+    printed = capsys.readouterr()
+    assert "11 records read from 2 files, 3 accepted (3 runs, 0 policy cases), 8 rejected" in printed.out
     assert f"{BAD}:2: $.evaluation: missing" in printed.err
     m = json.loads((out / "manifest.json").read_text())
     assert m["counts"]["input_records"] == m["counts"]["accepted"] + m["counts"]["rejected"] == 11
@@ -150,7 +158,19 @@ def test_cli_writes_layout_and_exit_codes(tmp_path, capsys):
     rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     assert len(rejects) == 8 and set(rejects[0]) == {"source", "line", "field", "problem"}
     assert len([r for _, r in iter_runs(out / "runs" / "runs-00000.jsonl")]) == 3
+    assert [(s["name"], s["accepted"], s["rejected"]) for s in m["sources"]] == [
+        (GOOD.name, 2, 0),
+        (BAD.name, 1, 8),
+    ]
     assert importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--strict", "--quiet"]) == 1
+    # nothing imported is never a success
+    capsys.readouterr()
+    assert (
+        importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--allow-partial", "--quiet"])
+        == 0
+    )
+    assert importer_main(["--format", "workflow-v2", str(BAD), "--out", str(out), "--quiet"]) == 1
+    assert "error: 8 of 9 records rejected" in capsys.readouterr().err
     assert (
         importer_main(["--format", "workflow-v2", str(GOOD), "--out", str(out), "--strict", "--quiet"]) == 0
     )
@@ -168,6 +188,7 @@ def test_cli_runs_by_path_as_a_script(tmp_path):
             "--out",
             str(out),
             "--quiet",
+            "--allow-partial",  # FIX holds the malformed fixture too
         ],
         capture_output=True,
         text=True,

@@ -7,8 +7,22 @@ from collections import Counter
 import jsonschema
 import pytest
 
-from data_prep.oracle import DECLINE, EXECUTE, decide, gold_memory_from_events, memory_decide
-from data_prep.policy_case import iter_policy_case_file, load_schema, probe_problems, validate_policy_case
+from data_prep.oracle import (
+    DECLINE,
+    EXECUTE,
+    decide,
+    gold_memory_from_events,
+    memory_decide,
+    parse_time,
+    records_at,
+)
+from data_prep.policy_case import (
+    iter_policy_case_file,
+    load_schema,
+    probe_problems,
+    validate_policy_case,
+    validate_record,
+)
 from data_prep.records import LineError, RecordError
 from data_prep.synth import SynthConfig, iter_policy_cases
 from data_prep.synth.config import MEMORY_ERRORS
@@ -265,3 +279,115 @@ def test_policy_case_file_loader_reports_file_line_field(tmp_path, cases):
         and str(out[1][1]) == f"{path}:2: $.authorized_issuers: must not be empty"
     )
     assert isinstance(out[2][1], LineError) and out[2][1].line == 3
+
+
+def replace(t, new_ref="AUTH-2", issuer="chief_financial_officer", **fields):
+    return {
+        "ref": "EV-4",
+        "event_type": "replace",
+        "issuer": issuer,
+        "block_ref": "B1",
+        "effective_at": t,
+        "authorization_ref": "AUTH-1",
+        "source_turn_refs": ["T4"],
+        "record": dict(
+            RECORD, authorization_ref=new_ref, supersedes_ref="AUTH-1", source_turn_refs=["T4"], **fields
+        ),
+    }
+
+
+def test_replace_supersedes_the_named_record():
+    ev = [issue(), replace("2026-03-15T00:00:00Z", vendor="orbital", max_amount=400)]
+    assert decide(ev, ISSUERS, req(action_time="2026-03-10T00:00:00Z")) == EXECUTE  # before: the old one
+    assert decide(ev, ISSUERS, req(action_time="2026-03-16T00:00:00Z")) == DECLINE  # nimbus is superseded
+    assert (
+        decide(ev, ISSUERS, req(vendor="orbital", amount=400, action_time="2026-03-16T00:00:00Z")) == EXECUTE
+    )
+    assert (
+        decide(ev, ISSUERS, req(vendor="orbital", amount=401, action_time="2026-03-16T00:00:00Z")) == DECLINE
+    )
+    # a patch of the superseded record changes nothing; a replacement by a non-issuer is ignored
+    late = [*ev, patch("2026-03-17T00:00:00Z", status="active")]
+    assert decide(late, ISSUERS, req(action_time="2026-03-18T00:00:00Z")) == DECLINE
+    ignored = [issue(), replace("2026-03-15T00:00:00Z", issuer="intern", vendor="orbital")]
+    assert decide(ignored, ISSUERS, req(action_time="2026-03-16T00:00:00Z")) == EXECUTE
+    assert decide(ignored, ISSUERS, req(vendor="orbital", action_time="2026-03-16T00:00:00Z")) == DECLINE
+    case = {
+        "authorized_issuers": ISSUERS,
+        "blocks": [{"ref": "B1", "title": "t", "ended_at": "2026-03-20T00:00:00Z", "turns": []}],
+        "events": ev,
+    }
+    (gold,) = gold_memory_from_events(case)
+    assert (
+        gold["authorization_ref"] == "AUTH-2" and gold["vendor"] == "orbital" and "supersedes_ref" not in gold
+    )
+    state = records_at(ev, set(ISSUERS), parse_time("2026-03-20T00:00:00Z"))
+    assert state["AUTH-1"]["status"] == "superseded" and state["AUTH-2"]["supersedes_ref"] == "AUTH-1"
+    # an event's record may name what it replaces; a memory record may not (the memory vocabulary)
+    validate_record(ev[1]["record"], "$.r", event=True)
+    with pytest.raises(RecordError) as exc:
+        validate_record(ev[1]["record"], "$.r")
+    assert exc.value.field == "$.r.supersedes_ref"
+
+
+def test_permit_exception_permits_and_memory_decide_checks_issuers():
+    ev = [issue(effect="permit_exception")]
+    assert decide(ev, ISSUERS, REQ) == EXECUTE
+    rec = dict(RECORD, effect="permit_exception")
+    assert memory_decide([rec], REQ, ISSUERS) == EXECUTE
+    forged = dict(RECORD, issuer="finance_director")
+    assert memory_decide([forged], REQ) == EXECUTE  # issuers unchecked
+    assert memory_decide([forged], REQ, ISSUERS) == DECLINE
+    assert memory_decide([forged], REQ, {"authorized_issuers": ISSUERS}) == DECLINE
+    # a deny from a non-issuer is not a deny either
+    deny = dict(RECORD, authorization_ref="D", effect="deny", issuer="finance_director")
+    assert memory_decide([RECORD, deny], REQ, ISSUERS) == EXECUTE
+    assert memory_decide([RECORD, dict(deny, issuer="chief_financial_officer")], REQ, ISSUERS) == DECLINE
+
+
+def test_replace_event_validation_and_lifecycle(cases):
+    from data_prep.policy_case import lifecycle_problems
+
+    c = copy.deepcopy(cases[0])
+    first = next(e for e in c["events"] if e["event_type"] == "issue")
+    block, turn = first["block_ref"], first["source_turn_refs"][0]
+    rep = {
+        "ref": "EV-R",
+        "event_type": "replace",
+        "issuer": first["issuer"],
+        "block_ref": block,
+        "effective_at": c["events"][-1]["effective_at"],
+        "authorization_ref": first["authorization_ref"],
+        "source_turn_refs": [turn],
+        "record": dict(first["record"], authorization_ref="NEW-1", supersedes_ref=first["authorization_ref"]),
+    }
+    ok = copy.deepcopy(c)
+    ok["events"].append(rep)
+    validate_policy_case(ok)
+    for mutate, field in (
+        (lambda e: e.pop("record"), "record"),
+        (lambda e: e["record"].update(authorization_ref=e["authorization_ref"]), "record.authorization_ref"),
+        (lambda e: e["record"].update(supersedes_ref="OTHER"), "record.supersedes_ref"),
+        (lambda e: e["record"].update(status="pending"), "record.status"),
+        (lambda e: e.update(patch={"max_amount": 1}), "patch"),
+    ):
+        d = copy.deepcopy(ok)
+        mutate(d["events"][-1])
+        with pytest.raises(RecordError) as exc:
+            validate_policy_case(d)
+        assert exc.value.field == f"$.events[{len(d['events']) - 1}].{field}", exc.value
+    bad = copy.deepcopy(c)
+    bad["events"][0]["record"]["supersedes_ref"] = "X"
+    with pytest.raises(RecordError) as exc:
+        validate_policy_case(bad)
+    assert exc.value.field == "$.events[0].record.supersedes_ref"
+    # the synthetic cases all make sound lifecycles; a second replacement of the same record does not
+    assert all(lifecycle_problems(x) == [] for x in cases)
+    twice = copy.deepcopy(ok)
+    twice["events"].append(
+        dict(copy.deepcopy(rep), ref="EV-R2", record=dict(rep["record"], authorization_ref="NEW-2"))
+    )
+    assert lifecycle_problems(twice) == [
+        f"events[{len(twice['events']) - 1}].authorization_ref: replace of {first['authorization_ref']!r}, "
+        "which is already superseded"
+    ]
