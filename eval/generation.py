@@ -518,8 +518,7 @@ class TransformersBackend(Backend):
             except Exception as exc:  # noqa: BLE001
                 if strict:
                     raise
-                for i in idx:
-                    out[i] = Completion(None, f"{type(exc).__name__}: {exc}")
+                _fail(out, idx, exc)
                 continue
             for r, i in enumerate(idx):
                 row = gen[r, width:].tolist()
@@ -574,12 +573,17 @@ class TransformersBackend(Backend):
             except Exception as exc:  # noqa: BLE001
                 if strict:
                     raise
-                for i in idx:
-                    out[i] = Completion(None, f"{type(exc).__name__}: {exc}")
+                _fail(out, idx, exc)
                 continue
             for i, (ids, why) in zip(idx, results):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
                 out[i] = Completion(text, stop=why)
+
+
+def _fail(out: list, idx: Sequence[int], exc: Exception) -> None:
+    """Every prompt of a failed batch gets the error as its provider error."""
+    for i in idx:
+        out[i] = Completion(None, f"{type(exc).__name__}: {exc}")
 
 
 class VLLMBackend(Backend):
