@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.chain import seal_ledger
+from data_prep.integrity import seal_run
 from sanitizer.corpus import CREDENTIAL_KINDS, plant
 
 RUN_PLACES = (
@@ -160,6 +161,7 @@ def plant_corpus(src: Path, dst: Path, seed: int = 0, per_run: int = 3) -> list[
                     chosen = [slots[(n + i) % len(slots)] for i in range(per_run)]
                     n += per_run
                     plants += plant_run(rec, rng, [k for k, _ in chosen], [p for _, p in chosen])
+                    rec = seal_run(rec)  # a planted run is a changed run: sealed again, as a stage would
                 else:
                     plants += plant_case(rec, rng)
                 lines.append(json.dumps(rec, ensure_ascii=False))

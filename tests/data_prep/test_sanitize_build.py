@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.chain import seal_ledger
+from data_prep.integrity import seal_run
 from data_prep.reconcile import reconcile
 from data_prep.records import Run
 from data_prep.sft import SPLITS, TASKS
@@ -44,7 +45,7 @@ def planted(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("planted_build") / "out"
     err, std = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
-        manifest = build(dst, out, load_build_config(CONFIG), progress=True)
+        manifest = build(dst, out, load_build_config(CONFIG), progress=True, allow_unsealed=True)
     return dst, out, plants, manifest, err.getvalue() + std.getvalue()
 
 
@@ -158,6 +159,7 @@ def test_gold_verdicts_are_the_same_after_pseudonymization(planted):
                 pseudo["run_id"],
                 [{**c, "policy_class": r["policy_class"]} for c, r in zip(pseudo["trajectory"], records)],
             )
+            pseudo = seal_run(pseudo)
             again = reconcile(Run.from_dict(pseudo)).verdict
             want = sorted(scrub.pseudonymize_record(list(gold.call_ids)))  # ids map like everything else
             assert (again.label, sorted(again.call_ids)) == (gold.label, want), raw["run_id"]
@@ -198,6 +200,7 @@ def _copy_runs(corpus: Path, dst: Path, transform) -> None:
                 copy["run_id"],
                 [{**c, "policy_class": r["policy_class"]} for c, r in zip(copy["trajectory"], recs)],
             )
+            copy = seal_run(copy)  # the run seal too: a copy is a new record
             extra.append(json.dumps(copy))
     (dst / "runs" / "runs-00000.jsonl").write_text("\n".join(extra + lines) + "\n", encoding="utf-8")
 
@@ -208,7 +211,7 @@ def _counts(manifest: dict, task: str) -> dict:
 
 def test_train_copies_of_heldout_runs_are_decontaminated_never_the_heldout(corpus, tmp_path):
     cfg = load_build_config(CONFIG, {"heldout_case_families": []})
-    base = build(corpus, tmp_path / "base", cfg, progress=False)
+    base = build(corpus, tmp_path / "base", cfg, progress=False, allow_unsealed=True)
 
     def copies(run):
         if family_key(run["family"]) != HELD:
@@ -223,7 +226,7 @@ def test_train_copies_of_heldout_runs_are_decontaminated_never_the_heldout(corpu
 
     (tmp_path / "c").mkdir()
     _copy_runs(corpus, tmp_path / "c", copies)
-    got = build(tmp_path / "c", tmp_path / "out", cfg, progress=False)
+    got = build(tmp_path / "c", tmp_path / "out", cfg, progress=False, allow_unsealed=True)
     for task in ("writer_action", "reader_verdict"):
         b, g = _counts(base, task), _counts(got, task)
         assert g["kept"]["by_reason"]["heldout"] >= b["kept"]["by_reason"]["heldout"] > 0
@@ -266,8 +269,8 @@ def test_shuffled_corpus_gives_byte_identical_splits(corpus, tmp_path):
     key = tmp_path / "key"
     key.write_bytes(b"a private pseudonymization key, 32+ bytes long")
     cfg.pseudonym_key_file = str(key)  # the corpus-derived key differs when the bytes differ
-    a = build(corpus, tmp_path / "a", cfg, progress=False)
-    b = build(shuffled, tmp_path / "b", cfg, progress=False)
+    a = build(corpus, tmp_path / "a", cfg, progress=False, allow_unsealed=True)
+    b = build(shuffled, tmp_path / "b", cfg, progress=False, allow_unsealed=True)
     for task in TASKS:
         for split in SPLITS:
             rel = f"jsonl/{task}/{split}.jsonl"
@@ -277,8 +280,8 @@ def test_shuffled_corpus_gives_byte_identical_splits(corpus, tmp_path):
 
 def test_rebuild_is_byte_identical_and_key_never_written(corpus, tmp_path):
     cfg = load_build_config(CONFIG)
-    a = build(corpus, tmp_path / "a", cfg, progress=False)
-    b = build(corpus, tmp_path / "b", cfg, progress=False)
+    a = build(corpus, tmp_path / "a", cfg, progress=False, allow_unsealed=True)
+    b = build(corpus, tmp_path / "b", cfg, progress=False, allow_unsealed=True)
     assert a["outputs"] == b["outputs"]
     files = sorted((corpus / "runs").glob("*.jsonl")) + sorted((corpus / "policy_cases").glob("*.jsonl"))
     key = corpus_key(files)
@@ -289,7 +292,7 @@ def test_rebuild_is_byte_identical_and_key_never_written(corpus, tmp_path):
 
 def test_reader_inputs_carry_no_verdict_phrases(corpus, tmp_path):
     out = tmp_path / "out"
-    build(corpus, out, load_build_config(CONFIG), progress=False)
+    build(corpus, out, load_build_config(CONFIG), progress=False, allow_unsealed=True)
     phrase = re.compile(
         r"(?i)(?:verdict|label|ledger\W*(?:check|status))\W{0,3}(?:clean|incident|discrepancy)"
         r"|\b(?:an?|this|security)\s+incident\b|\bdiscrepanc|\bsabotag"
