@@ -1,0 +1,280 @@
+"""Copy probe: can the embedded tiny Gemma 3 learn to copy from its context within the CPU budget?
+
+Every writer target rests on copying (the call id, the tool name, the argument values). This probe
+pretrains the tiny base of ``configs/train/tiny.yaml`` from scratch on one curriculum and reports, as
+it trains, two figures:
+
+- ``syn``: next-token accuracy on the repeated half of held-back curriculum documents (tokens a model
+  can only get right by copying from earlier in its context);
+- at the end, held-out writer answers (families never trained on) under teacher forcing, in the
+  pretraining text format: answers whose call id (all 12 hex digits), tool name, or every token is
+  the argmax (what greedy decoding would write), and the per-token accuracy of the id characters.
+
+Curricula (``--curriculum``):
+  corpus      the message texts of the train split, as ``train/tiny.py`` pretrains today
+  fixed       random tokens ``S S``: the copy sits at one fixed distance (a positional head solves it)
+  variable    random tokens ``S F S`` with a random gap: only a content-matching (induction) head solves it
+  text        corpus windows ``S F S``: real text repeated after a random gap
+
+``--prev-token-heads`` sets two heads of layer 0 to attend to the previous and the one-before-previous
+token at initialisation and keeps their queries and keys frozen (the first half of an induction
+circuit, which otherwise has to emerge from training).
+
+    python bench/copy_probe.py --curriculum variable --steps 200 --seq 128 --batch 32 --vocab-range 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sft-dir", help="SFT datasets (default: the embedded default, built if absent)")
+    p.add_argument("--curriculum", choices=["corpus", "fixed", "variable", "text"], default="corpus")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--vocab-range", type=int, default=0, help="random tokens from the first N ids (0: all)")
+    p.add_argument("--prev-token-heads", action="store_true")
+    p.add_argument("--heldout-runs", type=int, default=12)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="also write the results as JSON here")
+    return p.parse_args(argv)
+
+
+class Curriculum:
+    """Documents of ``seq`` tokens with their labels (-100 where nothing can be predicted)."""
+
+    def __init__(self, kind: str, stream: list[int], vocab: list[int], bos: int, seq: int, seed: int):
+        self.kind, self.stream, self.vocab, self.bos, self.seq = kind, stream, vocab, bos, seq
+        self.rng = random.Random(seed)
+
+    def _window(self, n: int) -> list[int]:
+        start = self.rng.randrange(0, len(self.stream) - n)
+        return self.stream[start : start + n]
+
+    def _random(self, n: int) -> list[int]:
+        return [self.rng.choice(self.vocab) for _ in range(n)]
+
+    def doc(self) -> tuple[list[int], list[int]]:
+        n = self.seq
+        if self.kind == "corpus":
+            x = self._window(n)
+            return x, list(x)
+        if self.kind == "fixed":
+            half = (n - 1) // 2
+            s = self._random(half)
+            x = [self.bos] + s + s
+            y = [-100] * (half + 2) + s[1:]
+        else:
+            length = self.rng.randint(16, min(64, n // 3))
+            gap = self.rng.randint(0, n - 1 - 2 * length)
+            pick = self._random if self.kind == "variable" else self._window
+            s, f = pick(length), pick(gap)
+            x = [self.bos] + s + f + s
+            y = [-100] * (length + gap + 2) + s[1:]
+        pad = n - len(x)
+        return x + self._random(pad), y + [-100] * pad
+
+    def batch(self, size: int):
+        import torch
+
+        docs = [self.doc() for _ in range(size)]
+        return torch.tensor([d[0] for d in docs]), torch.tensor([d[1] for d in docs])
+
+
+def init_prev_token_heads(model, offsets=(1, 2), const=0.05, gain=3.5, seed=0) -> None:
+    """Query heads 0 and 1 of layer 0 (one GQA group) attend ``offsets`` tokens back whatever the
+    tokens are: constant queries and keys (read from a constant embedding dimension) whose RoPE
+    phases differ by ``offset`` rotations on the high-frequency pairs. Their values (a random
+    projection of the token half of the residual) are written to slots of their own."""
+    import torch
+
+    cfg = model.config
+    d, hd = cfg.hidden_size, cfg.head_dim
+    n_tok, c = d // 2, d - 1
+    width = (d - 1 - n_tok) // len(offsets)
+    layer = model.model.layers[0]
+    att = layer.self_attn
+    theta = cfg.rope_parameters[cfg.layer_types[0]]["rope_theta"]
+    inv = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    pairs = hd // 4
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        emb = model.model.embed_tokens.weight
+        emb[:, n_tok:] = 0.0
+        emb[:, c] = const
+        att.k_proj.weight[:hd].zero_()
+        att.k_proj.weight[:pairs, c] = 1.0
+        for h, delta in enumerate(offsets):
+            rows = att.q_proj.weight[h * hd : (h + 1) * hd]
+            rows.zero_()
+            rows[:pairs, c] = torch.cos(-delta * inv[:pairs]).float()
+            rows[hd // 2 : hd // 2 + pairs, c] = torch.sin(-delta * inv[:pairs]).float()
+        gains = torch.zeros(hd)
+        gains[:pairs] = gains[hd // 2 : hd // 2 + pairs] = gain - 1
+        att.q_norm.weight.copy_(gains)
+        att.k_norm.weight.copy_(gains)
+        att.v_proj.weight[:hd].zero_()
+        att.v_proj.weight[:hd, :n_tok] = torch.randn(hd, n_tok, generator=g) / math.sqrt(n_tok)
+        o = att.o_proj.weight
+        for h in range(len(offsets)):
+            lo = n_tok + h * width
+            o[:, h * hd : (h + 1) * hd] = 0.0
+            o[lo : lo + width, h * hd : h * hd + width] = torch.eye(width)
+        o[n_tok:, len(offsets) * hd :] = 0.0
+    for module in (att.q_proj, att.k_proj, att.q_norm, att.k_norm):
+        module.requires_grad_(False)
+
+
+def heldout_copy(model, tok, rows: list[dict]) -> dict:
+    """Teacher-forced held-out writer answers in the text format: exact call ids, tools, answers."""
+    import torch
+
+    counts = {"answers": 0, "call_id_exact": 0, "tool_exact": 0, "answer_exact": 0}
+    id_right = id_total = 0
+    model.eval()
+    for r in rows:
+        text, spans = "", []
+        for j, m in enumerate(r["messages"]):
+            text += "\n\n" if j else ""
+            start = len(text)
+            text += m["content"]
+            if m["role"] == "assistant":
+                spans.append((start, len(text)))
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = ([tok.bos_token_id] + enc["input_ids"])[:2048]
+        offs = [(0, 0)] + enc["offset_mapping"]
+        with torch.no_grad():
+            pred = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].argmax(-1).tolist()
+
+        def right(lo: int, hi: int, offs=offs, ids=ids, pred=pred) -> list[bool]:
+            idx = [i for i, (a, b) in enumerate(offs) if 0 < i < len(ids) and a >= lo and b <= hi and b > a]
+            return [pred[i - 1] == ids[i] for i in idx]
+
+        for lo, hi in spans:
+            answer = text[lo:hi]
+            cid = re.search(r'"call_id": "(call_[0-9a-f]+)"', answer)
+            tool = re.search(r'"tool": "([^"]+)"', answer)
+            if not cid or not tool or hi > offs[len(ids) - 1][1]:
+                continue
+            id_marks = right(lo + cid.start(1), lo + cid.end(1))
+            counts["answers"] += 1
+            counts["call_id_exact"] += all(id_marks)
+            counts["tool_exact"] += all(right(lo + tool.start(1), lo + tool.end(1)))
+            counts["answer_exact"] += all(right(lo, hi))
+            id_right += sum(id_marks)
+            id_total += len(id_marks)
+    model.train()
+    counts["id_token_accuracy"] = round(id_right / max(1, id_total), 3)
+    return counts
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    from train.config import TinyBaseConfig
+    from train.data import load_tasks
+    from train.tiny import corpus_rows, model_config, train_tokenizer
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    if args.sft_dir:
+        sft = Path(args.sft_dir)
+    else:
+        from data_prep.embedded import ensure_default_sft
+
+        sft = Path(ensure_default_sft())
+    cfg = replace(TinyBaseConfig(), seed=args.seed)
+    train_rows, _ = corpus_rows(sft)
+    heldout = load_tasks(sft, ["writer_action"]).splits["heldout"][: args.heldout_runs]
+    tok = train_tokenizer([m["content"] for r in train_rows for m in r["messages"]], cfg.vocab_size)
+    from transformers import Gemma3ForCausalLM
+
+    model = Gemma3ForCausalLM(model_config(cfg, tok))
+    model.config._attn_implementation = "sdpa"
+    if args.prev_token_heads:
+        init_prev_token_heads(model, seed=args.seed)
+    rng = random.Random(args.seed)
+    order = list(range(len(train_rows)))
+    rng.shuffle(order)
+    stream: list[int] = []
+    for i in order:
+        if len(stream) > max(300_000, args.steps * args.batch * args.seq):
+            break
+        text = "\n\n".join(m["content"] for m in train_rows[i]["messages"])
+        stream += [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    vocab = list(range(6, args.vocab_range or len(tok)))
+    train_docs = Curriculum(args.curriculum, stream, vocab, tok.bos_token_id, args.seq, args.seed)
+    probe_docs = Curriculum(
+        args.curriculum if args.curriculum != "corpus" else "text",
+        stream, vocab, tok.bos_token_id, args.seq, args.seed + 1,
+    ).batch(16)
+
+    def syn_accuracy() -> float:
+        model.eval()
+        x, y = probe_docs
+        with torch.no_grad():
+            pred = model(input_ids=x, use_cache=False).logits.argmax(-1)
+        mask = y[:, 1:] != -100
+        model.train()
+        return round((pred[:, :-1] == y[:, 1:])[mask].float().mean().item(), 3)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warm = max(1, args.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (s + 1) / warm
+        if s < warm
+        else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / max(1, args.steps - warm))),
+    )
+    log, t0 = [], time.time()
+    model.train()
+    for step in range(args.steps):
+        x, y = train_docs.batch(args.batch)
+        loss = model(input_ids=x, labels=y, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 25 == 0 or step == args.steps - 1:
+            log.append({"step": step, "loss": round(loss.item(), 3), "syn": syn_accuracy()})
+            print(json.dumps(log[-1]), flush=True)
+    seconds = time.time() - t0
+    result = {
+        "args": vars(args),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(seconds, 1),
+        "tokens_per_second": round(args.steps * args.batch * args.seq / seconds),
+        "load_average": os.getloadavg(),
+        "curve": log,
+        "heldout": heldout_copy(model, tok, heldout),
+    }
+    print(json.dumps({k: result[k] for k in ("tokens_per_second", "load_average", "heldout")}))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
