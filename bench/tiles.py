@@ -7,6 +7,7 @@ the first candidate with zero register spills that fits the architecture's share
 bytes, shared memory), so the table also shows why larger tiles were rejected.
 
     nice -n 19 python bench/tiles.py --jobs 2            # writes bench/results/attention-tiles-<date>.md/.json
+    python bench/tiles.py --archs 86 --tag sm86 ...; python bench/tiles.py --merge a.json b.json  # in parts
 
 The candidates are ``triton_impl``'s own ladders (``default_configs``); this script does not choose
 tiles of its own, it checks them. Compiled with the Triton of this environment: the GPU's Triton may
@@ -68,7 +69,11 @@ def main(argv=None) -> None:
     ap.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--tag", default=time.strftime("%Y-%m-%d"))
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge the JSON of earlier sweeps instead")
     args = ap.parse_args(argv)
+    if args.merge:
+        merge(args.merge, Path(args.out), args.tag)
+        return
     import triton
 
     jobs = [(a, d, k, p, dt) for a in args.archs for d in args.head_dims for k in KINDS for p, dt in MODES]
@@ -84,16 +89,20 @@ def main(argv=None) -> None:
                 f"shared={last.get('shared')} {'ok' if last['ok'] else 'NO CONFIG OK'}",
                 flush=True,
             )
-    out = Path(args.out)
+    write_report(results, Path(args.out), args.tag, triton.__version__)
+
+
+def write_report(results: list[list[dict]], out: Path, tag: str, triton_version: str) -> None:
+    """The table (markdown) and every compiled row (JSON) of a sweep."""
     out.mkdir(parents=True, exist_ok=True)
     flat = [r for rows in results for r in rows]
-    (out / f"attention-tiles-{args.tag}.json").write_text(
-        json.dumps({"triton": triton.__version__, "rows": flat}, indent=1) + "\n"
+    (out / f"attention-tiles-{tag}.json").write_text(
+        json.dumps({"triton": triton_version, "rows": flat}, indent=1) + "\n"
     )
     lines = [
-        f"# Triton attention tiles for sm86 / sm89 / sm90, compiled offline, {args.tag}",
+        f"# Triton attention tiles for sm86 / sm89 / sm90, compiled offline, {tag}",
         "",
-        f"`nice -n 19 python bench/tiles.py --jobs 2` with Triton {triton.__version__} and its bundled ptxas, "
+        f"`nice -n 19 python bench/tiles.py --jobs 2` with Triton {triton_version} and its bundled ptxas, "
         "no GPU. For each kernel the launcher's ladder (`triton_impl._CONFIGS`) is walked until a tile has "
         "0 spill bytes and fits the shared memory per block (sm86/89 101,376 B, sm90 232,448 B); the "
         "launcher applies the same two rules on the GPU. Chosen rows are marked **chosen**; rows above "
@@ -120,8 +129,21 @@ def main(argv=None) -> None:
             )
     bad = sum(not rows[-1]["ok"] for rows in results)
     lines += ["", f"{len(results) - bad} of {len(results)} kernel variants have a chosen tile."]
-    (out / f"attention-tiles-{args.tag}.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}/attention-tiles-{args.tag}.md ({bad} variants without a passing tile)")
+    (out / f"attention-tiles-{tag}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}/attention-tiles-{tag}.md ({bad} variants without a passing tile)")
+
+
+def merge(paths: list[str], out: Path, tag: str) -> None:
+    """One report from the JSON of several sweeps (e.g. one per ``--archs``)."""
+    results: dict[tuple, list[dict]] = {}
+    version = None
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        version = version or data["triton"]
+        for r in data["rows"]:
+            key = (r["arch"], r["head_dim"], r["kind"], r["precision"], r["input_dtype"])
+            results.setdefault(key, []).append(r)
+    write_report([results[k] for k in sorted(results)], out, tag, version)
 
 
 if __name__ == "__main__":
