@@ -191,8 +191,15 @@ def _bench_tokenizer(path: Path):
 
 def gpu_shape_bench(args) -> dict:
     import torch
-    from datasets import Dataset
     from transformers import Gemma3ForCausalLM
+
+    try:
+        from datasets import Dataset
+    except ImportError as err:
+        raise SystemExit(
+            f"--gpu-shape trains through TRL and needs `datasets` ({err}); on a bare GPU machine use "
+            "bench/gpu_check.py, which runs the 12B-shaped QLoRA steps without TRL or datasets"
+        ) from err
 
     from train.config import load_preset
     from train.recipe import _setup_logging, make_trainer

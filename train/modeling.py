@@ -148,12 +148,38 @@ def load_base_model(model_path: str, cfg: TrainConfig, *, fsdp: bool = False):
             use_gradient_checkpointing=cfg.gradient_checkpointing,
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
+        keep_embeddings_in(model, compute_dtype(cfg))
     elif cfg.gradient_checkpointing:
         # FSDP flattens parameters of one dtype: prepare_model_for_kbit_training would upcast the
         # norms and embeddings to float32, so only what it does for checkpointing is done here.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
+    if attn.startswith("blockwise_fp32"):
+        from train.attention import set_precision
+
+        set_precision(model, getattr(cfg, "attention_precision", None))
     return model, attn
+
+
+def keep_embeddings_in(model, dtype) -> int:
+    """Cast the input embedding (and an untied, unquantized output embedding) back to ``dtype``.
+
+    ``prepare_model_for_kbit_training`` upcasts every non-4-bit parameter to fp32, the (tied, ~1B
+    parameter in Gemma 3 12B) embedding included: the residual stream, and with it q, k, v, then run in
+    fp32 (2 GB more weights, twice the checkpointed activations, the attention kernel off tensor
+    cores). Norms stay fp32 (they compute in fp32 and return their input's dtype). Returns the number of
+    embedding matrices cast.
+    """
+    n = 0
+    seen = set()
+    for emb in (model.get_input_embeddings(), model.get_output_embeddings()):
+        w = getattr(emb, "weight", None)
+        if w is None or id(w) in seen or not w.is_floating_point() or w.dtype == dtype:
+            continue
+        seen.add(id(w))
+        w.data = w.data.to(dtype)
+        n += 1
+    return n
 
 
 def disable_cpu_weight_repacking(model) -> int:

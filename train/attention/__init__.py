@@ -11,13 +11,15 @@ Public API:
   with transformers' AttentionInterface and AttentionMaskInterface. Importing this package calls it.
 * ``reference_attention`` / ``reference_forward_backward``: the independent fp64 reference.
 
-Operand precision (Triton): the default is ``"ieee"`` (true fp32 products; softmax and accumulation are
-fp32 in every mode). Measured against fp64 at L=8192 (max relative error over out, dq, dk, dv; the torch
-backend emulating the operand rounding bit-exactly): ieee 7.8e-7, tf32 6.1e-4, bf16 operands 4.8e-3,
-bf16 sdpa 1.9e-2. TF32 keeps 10 mantissa bits and bf16 7, so their errors are 800x and 6000x that of
-ieee: the drift this kernel exists to remove. ieee costs speed (no tensor cores), not memory; tf32 / bf16
-remain selectable (``precision=``) where speed matters more than exactness. Figures:
-bench/results/attention-2026-11-29-cpu.md; tile sizes: attention-2026-11-29-cpu-sm86-sm89-tiles.md.
+Operand precision (``precision=``, or ``hf.set_precision(model, ...)`` for a transformers model):
+``"auto"`` (default) is ``bf16`` for bf16 inputs on the Triton backend and ``ieee`` otherwise, so the torch
+backend and fp32 inputs stay exact. ``bf16``: bf16 operands on tensor cores, with scores, softmax
+statistics, logsumexp and every accumulator fp32 and the scale applied to the fp32 scores (FA2's design,
+the only mode that can come near its speed). ``ieee``: true fp32 products (about 1e-6 from fp64; no
+tensor cores). ``tf32``: 10-bit operands. Measured against fp64 at L=8192 (max relative error over out,
+dq, dk, dv, fp32 inputs, the torch backend emulating the roundings): ieee 7.8e-7, tf32 6.1e-4, bf16
+operands 4.8e-3, bf16 sdpa 1.9e-2. Figures: bench/results/attention-2026-11-29-cpu.md; tiles:
+bench/results/attention-tiles-*.md.
 """
 
 from .api import BACKENDS, blockwise_attention, resolve_backend, triton_available, triton_interpret
@@ -29,8 +31,15 @@ from .hf import (
     is_registered,
     plan_mask,
     register,
+    set_precision,
 )
-from .semantics import DEFAULT_PRECISION, PRECISIONS, reference_attention, reference_forward_backward
+from .semantics import (
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    reference_attention,
+    reference_forward_backward,
+    resolve_precision,
+)
 
 __all__ = [
     "ALL_LAYERS_NAME",
@@ -47,6 +56,8 @@ __all__ = [
     "reference_forward_backward",
     "register",
     "resolve_backend",
+    "resolve_precision",
+    "set_precision",
     "triton_available",
     "triton_interpret",
 ]

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from .semantics import check_problem
+from .semantics import check_problem, resolve_precision
 from .torch_impl import blockwise_attention_torch
 
 BACKENDS = ("auto", "torch", "triton")
@@ -55,7 +55,7 @@ def blockwise_attention(
     key_padding_mask: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     precision: str | None = None,
-    block_size: int | tuple[int, int] | None = None,
+    block_size: int | tuple[int, int] | str | None = None,
 ) -> torch.Tensor:
     """Exact, memory-linear attention with fp32 softmax and accumulation.
 
@@ -73,14 +73,17 @@ def blockwise_attention(
         key_padding_mask: optional (B, Lk) bool, True for real keys.
         attn_mask: optional 4-D mask broadcastable to (B, Hq, Lq, Lk): bool (True = attend) or an
             additive float bias; combined with everything above.
-        precision: operand precision of the products, ``"ieee"`` (default, true fp32), ``"tf32"`` or
-            ``"bf16"``; softmax and accumulation stay fp32 in every mode. The torch backend emulates the
-            rounding of the non-ieee modes exactly.
-        block_size: tile sizes ``(block_m, block_n)`` or one int; None picks per backend.
+        precision: operand precision of the products: ``"ieee"`` (true fp32), ``"tf32"``, ``"bf16"``
+            (bf16 operands on tensor cores), or ``"auto"`` / None (default: ``bf16`` for bf16 inputs on
+            the triton backend, ``ieee`` otherwise). Scores, softmax statistics, the logsumexp and every
+            accumulator are fp32 in every mode. The torch backend emulates the non-ieee roundings.
+        block_size: tile sizes ``(block_m, block_n)`` or one int; None picks per backend; ``"default"``
+            runs the Triton GPU tile ladder even in the interpreter (tests of the real tiles).
 
     Returns:
         (B, Hq, Lq, D) in q's dtype; differentiable with respect to q, k and v.
     """
+    chosen = resolve_backend(backend, q.device)
     problem = check_problem(
         q,
         k,
@@ -92,9 +95,8 @@ def blockwise_attention(
         softcap=softcap,
         key_padding_mask=key_padding_mask,
         attn_mask=attn_mask,
-        precision=precision,
+        precision=resolve_precision(precision, q.dtype, chosen),
     )
-    chosen = resolve_backend(backend, q.device)
     if attn_mask is not None and attn_mask.requires_grad:
         raise ValueError("attn_mask is treated as a constant; detach it first")
     if chosen == "triton":

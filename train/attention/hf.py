@@ -29,6 +29,8 @@ ALL_LAYERS_NAME = "blockwise_fp32"
 
 # backend used by the registered functions ("auto": triton on CUDA, torch elsewhere)
 BACKEND = "auto"
+# the model config attribute that carries the kernel's operand precision (``set_precision``)
+PRECISION_ATTR = "blockwise_attention_precision"
 
 
 @dataclass
@@ -226,21 +228,76 @@ def blockwise_fp32_attention_forward(
         key_padding_mask=plan.key_padding_mask,
         attn_mask=plan.attn_mask,
         backend=BACKEND,
+        precision=module_precision(module),
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def set_precision(model: torch.nn.Module, precision: str | None) -> None:
+    """Set the kernel's operand precision (``"auto"``, ``"ieee"``, ``"tf32"``, ``"bf16"``) for every
+    attention layer of ``model``: stored on each (sub)config, so nested text configs carry it too."""
+    from .semantics import resolve_precision
+
+    resolve_precision(precision, torch.float32, "torch")  # validates the name
+    seen = set()
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and id(cfg) not in seen and hasattr(cfg, "to_dict"):
+            seen.add(id(cfg))
+            setattr(cfg, PRECISION_ATTR, precision)
+
+
+def module_precision(module: torch.nn.Module) -> str | None:
+    """The precision ``set_precision`` stored on the attention module's config (None: ``auto``)."""
+    return getattr(getattr(module, "config", None), PRECISION_ATTR, None)
 
 
 def _flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
+def flash_eligible(query: torch.Tensor) -> bool:
+    """True when the sliding layers may run FlashAttention-2: fp16/bf16 CUDA inputs and flash-attn."""
+    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and _flash_attn_installed()
+
+
+def _flash_attention_2(module, query, key, value, mask2d, *, scaling=None, sliding_window=None,
+                       softcap=None, is_causal=None, dropout=0.0, **kwargs):  # fmt: skip
+    """transformers' flash-attention forward with ``flash_attention_2`` named explicitly.
+
+    ``transformers.integrations.flash_attention.flash_attention_forward`` passes the model's
+    ``_attn_implementation`` on, which here is this module's registered name: transformers then looks it
+    up as a hub kernel and raises. q, k, v arrive (B, H, L, D) and leave (B, L, H, D).
+    """
+    from transformers.integrations import flash_attention as fa
+    from transformers.modeling_flash_attention_utils import _flash_attention_forward
+
+    kwargs.pop("output_attentions", None)
+    out = _flash_attention_forward(
+        query.transpose(1, 2),
+        key.transpose(1, 2),
+        value.transpose(1, 2),
+        mask2d,
+        query_length=query.shape[2],
+        is_causal=is_causal if is_causal is not None else module.is_causal,
+        dropout=dropout,
+        softmax_scale=scaling,
+        sliding_window=sliding_window,
+        softcap=softcap,
+        use_top_left_mask=fa._use_top_left_mask,
+        target_dtype=fa.get_target_dtype(query, module),
+        attn_implementation="flash_attention_2",
+        layer_idx=getattr(module, "layer_idx", None),
+        **kwargs,
+    )
+    return out, None
+
+
 def _sliding_layer_forward(module, query, key, value, attention_mask, **kwargs):
     """Sliding-window layers of the global-only mode: sdpa, or flash_attention_2 where it applies."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and _flash_attn_installed():
-        from transformers.integrations.flash_attention import flash_attention_forward
-
+    if flash_eligible(query):
         B, _, Lq, _ = query.shape
         Lk = key.shape[2]
         plan = _cached_plan(
@@ -255,9 +312,9 @@ def _sliding_layer_forward(module, query, key, value, attention_mask, **kwargs):
         )
         if plan.kind in ("structured", "padding") and plan.causal:
             mask2d = None if plan.key_padding_mask is None else plan.key_padding_mask.to(torch.int32)
-            return flash_attention_forward(module, query, key, value, mask2d, **kwargs)
+            return _flash_attention_2(module, query, key, value, mask2d, **kwargs)
         if plan.kind == "packed" and kwargs.get("cu_seq_lens_q") is not None:
-            return flash_attention_forward(module, query, key, value, None, **kwargs)
+            return _flash_attention_2(module, query, key, value, None, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 

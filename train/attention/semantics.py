@@ -21,7 +21,8 @@ may attend key ``j`` iff all of the following hold:
 * ``attn_mask`` bool, broadcastable to (B, Hq, Lq, Lk): True at (b, h, i, j);
   a floating ``attn_mask`` is an additive bias instead (``-inf`` entries mask).
 
-Scores are ``x = scale * q.k`` (``scale`` defaults to ``D ** -0.5``), then ``softcap * tanh(x / softcap)``
+Scores are ``x = scale * q.k`` (``scale`` defaults to ``D ** -0.5``; it multiplies the fp32 product, so
+no operand is rounded after scaling), then ``softcap * tanh(x / softcap)``
 when ``softcap`` is set, then the float bias. A query row with no admissible key returns zeros (its
 logsumexp is ``-inf`` and its gradients are zero), never NaN. Softmax, its statistics and every
 accumulation are in fp32 (fp64 when the inputs are fp64, torch backend only).
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 import torch
 
 PRECISIONS = ("ieee", "tf32", "bf16")
-# True fp32 operands: the only mode whose error (about 1e-6 relative) sits far below bf16 drift; tf32 and
-# bf16 operands round q, k, p, dS to 10 or 7 mantissa bits before each product (package docstring).
-DEFAULT_PRECISION = "ieee"
+# ``"auto"`` (or None) resolves per call with ``resolve_precision``: bf16 operands for bf16 inputs on the
+# Triton backend (tensor cores; the only mode that can come near FlashAttention-2's speed), true fp32
+# (``ieee``) everywhere else, so the torch backend and fp32 inputs stay exact.
+DEFAULT_PRECISION = "auto"
 MAX_HEAD_DIM = 256
 
 
@@ -73,6 +75,16 @@ class Problem:
     def offset(self) -> int:
         """Absolute position of query 0 (bottom-right alignment)."""
         return self.len_k - self.len_q
+
+
+def resolve_precision(precision: str | None, dtype: torch.dtype, backend: str) -> str:
+    """The operand precision of one call: ``precision`` itself, or for ``"auto"`` / None ``"bf16"`` when
+    the inputs are bf16 and ``backend`` is ``"triton"``, else ``"ieee"``."""
+    if precision is None or precision == "auto":
+        return "bf16" if backend == "triton" and dtype == torch.bfloat16 else "ieee"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'auto' or one of {PRECISIONS}, got {precision!r}")
+    return precision
 
 
 def segments_from_cu_seqlens(cu_seqlens: torch.Tensor, length: int, device) -> tuple[torch.Tensor, ...]:
@@ -142,9 +154,7 @@ def check_problem(
         softcap = float(softcap)
         if not softcap > 0:
             raise ValueError(f"softcap must be > 0 or None, got {softcap}")
-    precision = DEFAULT_PRECISION if precision is None else precision
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    precision = resolve_precision(precision, q.dtype, "torch")
     seg = seg_start = seg_end = None
     seg_host = seg_start_host = seg_end_host = None
     if cu_seqlens is not None:

@@ -139,6 +139,8 @@ class _Tiles:
 
 
 def _blocks(p: Problem, block) -> tuple[int, int]:
+    if block == "default":  # the Triton backend's per-GPU tiles; here the same as None
+        block = None
     if block is None and p.window is not None:
         # a window-wide tile: each query block then reaches two key blocks, so little outside the band
         # is computed (1024-wide tiles under a 128 window computed ~9x the band; measured 1.6x slower
@@ -174,8 +176,7 @@ def attention_forward(q, k, v, kpm, amask, p: Problem, block=None):
     for i0 in range(0, Lq, bm):
         i1 = min(i0 + bm, Lq)
         mb = i1 - i0
-        qb = (q5[:, :, :, i0:i1].to(cd) * p.scale).reshape(BH, G * mb, D)
-        qb = round_operand(qb, prec)
+        qb = round_operand(q5[:, :, :, i0:i1].to(cd).reshape(BH, G * mb, D), prec)
         m = torch.full((BH, G * mb, 1), _NEG_INF, dtype=cd, device=q.device)
         l_sum = torch.zeros((BH, G * mb, 1), dtype=cd, device=q.device)
         acc = torch.zeros((BH, G * mb, D), dtype=cd, device=q.device)
@@ -187,7 +188,7 @@ def attention_forward(q, k, v, kpm, amask, p: Problem, block=None):
                 continue
             kb = round_operand(k[:, :, j0:j1].to(cd).reshape(BH, j1 - j0, D), prec)
             vb = round_operand(v[:, :, j0:j1].to(cd).reshape(BH, j1 - j0, D), prec)
-            s = torch.bmm(qb, kb.transpose(1, 2))  # (BH, G*mb, nb)
+            s = torch.bmm(qb, kb.transpose(1, 2)).mul_(p.scale)  # (BH, G*mb, nb), scaled in fp32
             if p.softcap is not None:
                 s.div_(p.softcap).tanh_().mul_(p.softcap)
             tiles.apply(s.view(B, Hkv, G, mb, j1 - j0), i0, i1, j0, j1)
@@ -233,7 +234,7 @@ def attention_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=No
     for i0 in range(0, Lq, bm):
         i1 = min(i0 + bm, Lq)
         mb = i1 - i0
-        qb = round_operand((q5[:, :, :, i0:i1].to(cd) * p.scale).reshape(BH, G * mb, D), prec)
+        qb = round_operand(q5[:, :, :, i0:i1].to(cd).reshape(BH, G * mb, D), prec)
         dob = round_operand(do5[:, :, :, i0:i1].to(cd).reshape(BH, G * mb, D), prec)
         lb = lse5[:, :, :, i0:i1].reshape(BH, G * mb, 1)
         lb = lb.masked_fill(lb == _NEG_INF, float("inf"))  # empty rows: P = exp(S - inf) = 0
@@ -251,10 +252,10 @@ def attention_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=No
             vb = round_operand(v[:, :, j0:j1].to(cd).reshape(BH, nb, D), prec)
             t = None
             if p.softcap is None:
-                s = torch.baddbmm(neg_lb, qb, kb.transpose(1, 2))  # S - lse in one pass
+                s = torch.baddbmm(neg_lb, qb, kb.transpose(1, 2), alpha=p.scale)  # S - lse in one pass
                 tiles.apply(s.view(B, Hkv, G, mb, nb), i0, i1, j0, j1)
             else:
-                s = torch.bmm(qb, kb.transpose(1, 2))
+                s = torch.bmm(qb, kb.transpose(1, 2)).mul_(p.scale)
                 t = s.div_(p.softcap).tanh_()  # in place: s holds tanh(x / c)
                 s = t * p.softcap
                 tiles.apply(s.view(B, Hkv, G, mb, nb), i0, i1, j0, j1)
@@ -270,7 +271,7 @@ def attention_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=No
             dqb.baddbmm_(ds, kb)
             dk[:, j0:j1].baddbmm_(ds.transpose(1, 2), qb)
         dq5[:, :, :, i0:i1] = (dqb * p.scale).view(B, Hkv, G, mb, D).to(q.dtype)
-    dk = dk.view(B, Hkv, Lk, D).to(k.dtype)
+    dk = (dk * p.scale).view(B, Hkv, Lk, D).to(k.dtype)  # dk accumulated dS^T q of the unscaled q
     dv = dv.view(B, Hkv, Lk, D).to(v.dtype)
     return dq, dk, dv
 

@@ -1,8 +1,8 @@
 """Triton kernels for blockwise fp32 attention (forward, dK/dV, dQ) and their autograd wrapper.
 
 Same semantics as ``torch_impl`` (see ``semantics``): scores, softmax statistics and all accumulators
-are fp32; operands of the products are fp32 (``ieee``), TF32, or bf16 (``precision``). Loads are
-upcast to fp32 right away (the interpreter mishandles bf16 arithmetic), so bf16 inputs work everywhere.
+are fp32; operands of the products are fp32 (``ieee``), TF32, or bf16 (``precision``). In the
+interpreter loads are upcast to fp32 right away (it mishandles bf16 arithmetic).
 
 * Forward: one program per (query block, batch * query head). Its key loop runs over [lo, hi) only:
   causal blocks above the diagonal, blocks outside the sliding window and other packed sequences are
@@ -11,14 +11,16 @@ upcast to fp32 right away (the interpreter mishandles bf16 arithmetic), so bf16 
   group and over the query blocks that can see its keys, so GQA needs no atomics.
 * dQ: one program per (query block, batch * query head), the forward's loop again.
 
-Operand precision: ``ieee`` is the default. On the GPU ``tf32`` uses ``input_precision="tf32"`` and
-``bf16`` casts the operands to bf16 (fp32 accumulation). Under ``TRITON_INTERPRET=1`` (CPU CI) the
+Operand precision (``semantics.resolve_precision``; bf16 inputs default to ``bf16``): on the GPU ``tf32``
+uses ``input_precision="tf32"`` and ``bf16`` keeps q, k, v, dO in bf16 and casts P and dS to bf16 for the
+products (fp32 accumulation); the score scale multiplies the fp32 product. Under ``TRITON_INTERPRET=1`` (CPU CI) the
 interpreter computes every dot in fp32 and cannot cast to bf16 correctly, so both modes are emulated
 there by rounding the fp32 operands bit-exactly (same rounding as ``torch_impl.round_operand``).
 
-Tiles: the shared memory budget of sm86/sm89 is about 99 KB per block. At D=256 an fp32 tile of 32 rows
-is 32 KB, so the default fp32 tiles are small (see ``_CONFIGS``); each launch tries the configurations
-in order and falls back to the next one when the compiler reports OutOfResources.
+Tiles: each kernel has a ladder of tile configurations (``_CONFIGS``); on the GPU the launcher takes
+the first that compiles without register spills within the device's shared memory (or ``SHARED_CAP``),
+so one ladder serves sm80 / sm86 / sm89 / sm90. ``compile_offline`` and bench/tiles.py check the ladders
+with ptxas without a GPU.
 """
 
 from __future__ import annotations
@@ -89,6 +91,17 @@ def _mm(a, b, PREC: tl.constexpr, EMULATE: tl.constexpr):
         else:
             c = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
     return c
+
+
+@triton.jit
+def _operand(x, PREC: tl.constexpr, EMULATE: tl.constexpr):
+    """A loaded q/k/v/dO tile as a product operand: bf16 in bf16 mode on the GPU (registers and shared
+    memory halve, the dot needs no conversion), fp32 otherwise (the interpreter emulates the rounding)."""
+    if PREC == 2 and not EMULATE:
+        y = x.to(tl.bfloat16)
+    else:
+        y = x.to(tl.float32)
+    return y
 
 
 @triton.jit
@@ -173,6 +186,7 @@ def _scores(
     LK,
     OFF,
     WINDOW,
+    scale,
     softcap,
     SEG,
     KPM,
@@ -191,8 +205,9 @@ def _scores(
     PREC: tl.constexpr,
     EMULATE: tl.constexpr,
 ):
-    """Masked scores (q already scaled) and tanh(x / softcap) (for the softcap derivative)."""
-    s = _mm(q, tl.trans(k), PREC, EMULATE)
+    """Masked scores and tanh(x / softcap) (for the softcap derivative); the scale multiplies the fp32
+    product, never an operand before rounding."""
+    s = _mm(q, tl.trans(k), PREC, EMULATE) * scale
     t = s
     if HAS_SOFTCAP:
         t = _tanh(s / softcap)
@@ -300,8 +315,8 @@ def _fwd_kernel(
         Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
         mask=(offs_m[:, None] < LQ) & d_ok,
         other=0.0,
-    ).to(tl.float32)
-    q = q * scale
+    )
+    q = _operand(q, PREC, EMULATE)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
     acc = tl.full([BLOCK_M, BLOCK_D], 0.0, dtype=tl.float32)
@@ -314,9 +329,9 @@ def _fwd_kernel(
         k = tl.load(
             K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_ok, other=0.0
         )
-        k = k.to(tl.float32)
+        k = _operand(k, PREC, EMULATE)
         s, t = _scores(
-            q, k, offs_m, offs_n, b, h, LQ, LK, OFF, WINDOW, softcap, SEG, KPM, s_kpm_b,
+            q, k, offs_m, offs_n, b, h, LQ, LK, OFF, WINDOW, scale, softcap, SEG, KPM, s_kpm_b,
             AM, s_am_b, s_am_h, s_am_m, s_am_n,
             CAUSAL, HAS_WINDOW, HAS_SOFTCAP, VARLEN, HAS_KPM, MASK_KIND, PREC, EMULATE,
         )  # fmt: skip
@@ -328,7 +343,7 @@ def _fwd_kernel(
         v = tl.load(
             V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_ok, other=0.0
         )
-        v = v.to(tl.float32)
+        v = _operand(v, PREC, EMULATE)
         acc = acc * alpha[:, None] + _mm(p, v, PREC, EMULATE)
         m_i = m_new
     has = l_i > 0.0
@@ -416,9 +431,9 @@ def _bwd_dkdv_kernel(
     d_ok = offs_d[None, :] < D
     kv_ok = (offs_n[:, None] < LK) & d_ok
     k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_ok, other=0.0)
-    k = k.to(tl.float32)
+    k = _operand(k, PREC, EMULATE)
     v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_ok, other=0.0)
-    v = v.to(tl.float32)
+    v = _operand(v, PREC, EMULATE)
     dk = tl.full([BLOCK_N, BLOCK_D], 0.0, dtype=tl.float32)
     dv = tl.full([BLOCK_N, BLOCK_D], 0.0, dtype=tl.float32)
     col_first = pid_n * BLOCK_N
@@ -435,18 +450,19 @@ def _bwd_dkdv_kernel(
                 Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
                 mask=row_ok[:, None] & d_ok,
                 other=0.0,
-            ).to(tl.float32)
-            q = q * scale
+            )
+            q = _operand(q, PREC, EMULATE)
             do = tl.load(
                 DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
                 mask=row_ok[:, None] & d_ok,
                 other=0.0,
-            ).to(tl.float32)
+            )
+            do = _operand(do, PREC, EMULATE)
             lse = tl.load(LSE + b * s_lse_b + h * s_lse_h + offs_m, mask=row_ok, other=float("inf"))
             lse = tl.where(lse == float("-inf"), float("inf"), lse)
             delta = tl.load(DELTA + b * s_lse_b + h * s_lse_h + offs_m, mask=row_ok, other=0.0)
             s, t = _scores(
-                q, k, offs_m, offs_n, b, h, LQ, LK, OFF, WINDOW, softcap, SEG, KPM, s_kpm_b,
+                q, k, offs_m, offs_n, b, h, LQ, LK, OFF, WINDOW, scale, softcap, SEG, KPM, s_kpm_b,
                 AM, s_am_b, s_am_h, s_am_m, s_am_n,
                 CAUSAL, HAS_WINDOW, HAS_SOFTCAP, VARLEN, HAS_KPM, MASK_KIND, PREC, EMULATE,
             )  # fmt: skip
@@ -457,6 +473,7 @@ def _bwd_dkdv_kernel(
             if HAS_SOFTCAP:
                 ds = ds * (1.0 - t * t)
             dk += _mm(tl.trans(ds), q, PREC, EMULATE)
+    dk = dk * scale
     tl.store(DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd, dk, mask=kv_ok)
     tl.store(DV + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd, dv, mask=kv_ok)
 
@@ -536,13 +553,14 @@ def _bwd_dq_kernel(
         Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
         mask=row_ok[:, None] & d_ok,
         other=0.0,
-    ).to(tl.float32)
-    q = q * scale
+    )
+    q = _operand(q, PREC, EMULATE)
     do = tl.load(
         DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
         mask=row_ok[:, None] & d_ok,
         other=0.0,
-    ).to(tl.float32)
+    )
+    do = _operand(do, PREC, EMULATE)
     lse = tl.load(LSE + b * s_lse_b + h * s_lse_h + offs_m, mask=row_ok, other=float("inf"))
     lse = tl.where(lse == float("-inf"), float("inf"), lse)
     delta = tl.load(DELTA + b * s_lse_b + h * s_lse_h + offs_m, mask=row_ok, other=0.0)
@@ -556,13 +574,13 @@ def _bwd_dq_kernel(
         k = tl.load(
             K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_ok, other=0.0
         )
-        k = k.to(tl.float32)
+        k = _operand(k, PREC, EMULATE)
         v = tl.load(
             V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_ok, other=0.0
         )
-        v = v.to(tl.float32)
+        v = _operand(v, PREC, EMULATE)
         s, t = _scores(
-            q, k, offs_m, offs_n, b, h, LQ, LK, OFF, WINDOW, softcap, SEG, KPM, s_kpm_b,
+            q, k, offs_m, offs_n, b, h, LQ, LK, OFF, WINDOW, scale, softcap, SEG, KPM, s_kpm_b,
             AM, s_am_b, s_am_h, s_am_m, s_am_n,
             CAUSAL, HAS_WINDOW, HAS_SOFTCAP, VARLEN, HAS_KPM, MASK_KIND, PREC, EMULATE,
         )  # fmt: skip
@@ -584,41 +602,52 @@ def _bwd_dq_kernel(
 # host side
 # ------------------------------------------------------------------------------------------------
 
-# (block_m, block_n, num_warps, num_stages) per (kernel, head-dim class, precision), tried in order; the
-# first that loads within the device's shared-memory limit is kept. Sizes come from compiling every kernel
-# offline for sm86 / sm89 (``bench/attention.py --tiles``, results in bench/results/): the first entry fits
-# 99 KiB for the plain variant; variants with every mask feature on may fall back to the next entry.
-# At D=256 an fp32 (32 x 256) tile is already 32 KiB, hence the small fp32 tiles and a single stage.
+# (block_m, block_n, num_warps, num_stages) per (kernel, head-dim class, precision), in order of
+# preference. The launcher takes the first that compiles without register spills within the device's
+# shared memory, so an sm90 (227 KiB) keeps the large tiles at the top while sm86 / sm89 (99 KiB) fall
+# through to the smaller ones. Ladders were checked offline with ptxas for sm86 / sm89 / sm90 and both
+# input dtypes (bench/tiles.py; table in bench/results/attention-tiles-*.md). The fp32 accumulator of a
+# 64 x 256 tile is 64 registers per thread at 8 warps and 128 at 4, hence 8 warps for the wide tiles;
+# ieee products (FMA, fp32 operand layouts) spill at anything larger than 16-32 rows.
 _FWD = {
-    (64, "ieee"): [(64, 64, 4, 2), (64, 32, 4, 1), (16, 16, 4, 1)],
+    (64, "ieee"): [(64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (128, "ieee"): [(16, 32, 4, 2), (16, 32, 4, 1), (16, 16, 4, 1)],
+    (256, "ieee"): [(32, 16, 8, 2), (32, 16, 8, 1), (16, 32, 8, 1), (16, 16, 4, 1)],
     (64, "tf32"): [(64, 64, 4, 2), (64, 32, 4, 1), (16, 16, 4, 1)],
-    (64, "bf16"): [(128, 64, 4, 2), (64, 64, 4, 1), (16, 16, 4, 1)],
-    (128, "ieee"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
-    (128, "tf32"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
-    (128, "bf16"): [(64, 64, 4, 2), (64, 32, 4, 1), (16, 16, 4, 1)],
-    (256, "ieee"): [(32, 32, 4, 1), (32, 16, 4, 1), (16, 16, 4, 1)],
-    (256, "tf32"): [(32, 32, 4, 1), (32, 16, 4, 1), (16, 16, 4, 1)],
-    (256, "bf16"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (128, "tf32"): [(64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 4, 1), (16, 32, 4, 1), (16, 16, 4, 1)],
+    (256, "tf32"): [(64, 32, 8, 2), (32, 32, 8, 2), (32, 32, 8, 1), (32, 16, 4, 1), (16, 16, 4, 1)],
+    (64, "bf16"): [(128, 64, 4, 3), (128, 64, 4, 2), (64, 64, 4, 2), (16, 16, 4, 1)],
+    (128, "bf16"): [(128, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (256, "bf16"): [(128, 64, 8, 2), (64, 64, 8, 2), (64, 32, 8, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
 }
-_BWD = {
-    (64, "ieee"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
-    (64, "tf32"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
-    (64, "bf16"): [(64, 64, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
-    (128, "ieee"): [(32, 32, 4, 1), (16, 32, 4, 1), (16, 16, 4, 1)],
-    (128, "tf32"): [(32, 32, 4, 1), (16, 32, 4, 1), (16, 16, 4, 1)],
-    (128, "bf16"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
-    (256, "ieee"): [(16, 32, 4, 1), (16, 16, 4, 1)],
-    (256, "tf32"): [(16, 32, 4, 1), (16, 16, 4, 1)],
-    (256, "bf16"): [(64, 32, 4, 1), (32, 32, 4, 1), (16, 16, 4, 1)],
+_DKDV = {
+    (64, "ieee"): [(32, 32, 8, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (128, "ieee"): [(16, 32, 8, 2), (16, 32, 8, 1), (16, 16, 8, 1), (16, 16, 4, 1)],
+    (256, "ieee"): [(16, 32, 8, 2), (16, 32, 8, 1), (16, 16, 8, 1), (16, 16, 4, 1)],
+    (64, "tf32"): [(64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (128, "tf32"): [(32, 32, 8, 2), (32, 32, 4, 1), (16, 32, 4, 1), (16, 16, 4, 1)],
+    (256, "tf32"): [(32, 32, 8, 2), (32, 32, 8, 1), (16, 32, 4, 1), (16, 16, 4, 1)],
+    (64, "bf16"): [(64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (128, "bf16"): [(64, 64, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+    (256, "bf16"): [(64, 64, 8, 2), (64, 32, 8, 2), (32, 32, 8, 2), (32, 32, 4, 1), (16, 16, 4, 1)],
+}
+_DQ = {
+    **{(d, p): _DKDV[(d, "tf32")] for d in (64, 128, 256) for p in ("ieee", "tf32")},
+    **{(d, "bf16"): _DKDV[(d, "bf16")] for d in (64, 128, 256)},
 }
 _CONFIGS = {
     **{("fwd", *key): val for key, val in _FWD.items()},
-    **{("dkdv", *key): val for key, val in _BWD.items()},
-    **{("dq", *key): val for key, val in _BWD.items()},
+    **{("dkdv", *key): val for key, val in _DKDV.items()},
+    **{("dq", *key): val for key, val in _DQ.items()},
 }
-_CONFIGS[("dkdv", 256, "tf32")] = [(16, 16, 4, 1)]  # (16, 32) needs 128 KiB with tf32 layouts
 _INTERPRET_BLOCK = (32, 32)
 _chosen: dict[tuple, int] = {}
+# Shared-memory cap in bytes (None: the device's own limit). Setting it to SM86_SHARED_LIMIT on a larger
+# GPU forces the tile choices of sm86 / sm89; configurations over it are skipped before launch.
+SHARED_CAP: int | None = None
+# What the last launch of each (kernel, head-dim class, precision) ran: tiles, warps, stages, shared
+# memory, registers and spills (GPU only; bench/gpu_check.py reports it).
+LAUNCHED: dict[tuple, dict] = {}
 
 
 def _config_key(kind: str, block_d: int, precision: str) -> tuple:
@@ -626,29 +655,59 @@ def _config_key(kind: str, block_d: int, precision: str) -> tuple:
     return (kind, d, precision)
 
 
+def _ladder(kind: str, block_d: int, precision: str, block) -> list[tuple[int, int, int, int]]:
+    """Tile configurations to try: an explicit ``block``, the per-GPU ladder (``None`` on the GPU,
+    ``"default"`` anywhere, so the interpreter can run the GPU tiles), or the interpreter's one tile."""
+    if block == "default" or (block is None and not _interpret()):
+        return list(_CONFIGS[_config_key(kind, block_d, precision)])
+    if block is None:
+        return [(*_INTERPRET_BLOCK, 4, 1)]
+    if isinstance(block, str):
+        raise ValueError(f"block_size must be an int, a pair, None or 'default', got {block!r}")
+    bm, bn = (block, block) if isinstance(block, int) else block
+    return [(bm, bn, 4, 1)]
+
+
 def _launch(
     kernel, kind: str, grid_fn, args: list, consts: dict, block_d: int, precision: str, block, device
 ):
-    if block is not None:
-        bm, bn = (block, block) if isinstance(block, int) else block
-        configs = [(bm, bn, 4, 1)]
-    elif _interpret():
-        configs = [(*_INTERPRET_BLOCK, 4, 1)]
-    else:
-        configs = _CONFIGS[_config_key(kind, block_d, precision)]
-    key = (kind, _config_key(kind, block_d, precision), str(device), block, tuple(sorted(consts.items())))
+    """Run ``kernel`` with the first configuration of its ladder that compiles within the device's (or
+    ``SHARED_CAP``'s) shared memory and, unless it is the last resort, without register spills."""
+    configs = _ladder(kind, block_d, precision, block)
+    ckey = _config_key(kind, block_d, precision)
+    key = (kind, ckey, args[0].dtype, str(device), block, SHARED_CAP, tuple(sorted(consts.items())))
     start = _chosen.get(key, 0)
     last_err = None
     for idx in range(start, len(configs)):
         bm, bn, warps, stages = configs[idx]
+        opts = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+        grid = grid_fn(bm, bn)
         try:
-            kernel[grid_fn(bm, bn)](
-                *args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages
-            )
+            if not _interpret() and key not in _chosen:  # first call: vet the configuration
+                compiled = kernel.warmup(*args, **consts, **opts, grid=grid)
+                compiled._init_handles()  # loads it: raises OutOfResources over the device's limit
+                if SHARED_CAP is not None and compiled.metadata.shared > SHARED_CAP:
+                    last_err = f"{compiled.metadata.shared} B of shared memory > cap {SHARED_CAP} B"
+                    continue
+                if getattr(compiled, "n_spills", 0) and idx < len(configs) - 1:
+                    last_err = f"{compiled.n_spills} spilled registers"
+                    continue
+            compiled = kernel[grid](*args, **consts, **opts)
         except triton.runtime.errors.OutOfResources as err:  # shared memory or registers
             last_err = err
             continue
         _chosen[key] = idx
+        if not _interpret():
+            LAUNCHED[(*ckey, str(args[0].dtype).replace("torch.", ""))] = {
+                "block_m": bm,
+                "block_n": bn,
+                "num_warps": warps,
+                "num_stages": stages,
+                "ladder_index": idx,
+                "shared": int(compiled.metadata.shared),
+                "n_regs": getattr(compiled, "n_regs", None),
+                "n_spills": getattr(compiled, "n_spills", None),
+            }
         return bm, bn
     raise RuntimeError(f"no tile configuration of {kind} fits this GPU: {last_err}")
 
@@ -774,6 +833,7 @@ def triton_forward_with_lse(q, k, v, p: Problem, kpm=None, amask=None, block=Non
 # ------------------------------------------------------------------------------------------------
 
 SM86_SHARED_LIMIT = 101376  # bytes of shared memory one block may opt into on sm86 / sm89 (99 KiB)
+SM90_SHARED_LIMIT = 232448  # the same on sm90 (H100 / H200: 227 KiB)
 _KERNELS = {"fwd": "_fwd_kernel", "dkdv": "_bwd_dkdv_kernel", "dq": "_bwd_dq_kernel"}
 _INT_ARGS_FLOAT = {"scale", "softcap"}
 _PTR_TYPES = {"SEG": "*i32", "SEG_START": "*i32", "SEG_END": "*i32", "KPM": "*u8", "AM": "*u8"}
@@ -841,6 +901,8 @@ def compile_offline(
         src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "num_stages": num_stages}
     )
     md = compiled.metadata
+    usage = ptxas_usage(compiled.asm["ptx"], arch)
+    limit = SM90_SHARED_LIMIT if arch >= 90 else SM86_SHARED_LIMIT
     return {
         "kind": kind,
         "arch": arch,
@@ -851,10 +913,41 @@ def compile_offline(
         "num_warps": num_warps,
         "num_stages": num_stages,
         "all_features": all_features,
+        "input_dtype": input_dtype,
         "shared": int(md.shared),
-        "fits": int(md.shared) <= SM86_SHARED_LIMIT,
-        "n_regs": getattr(compiled, "n_regs", None),
-        "n_spills": getattr(compiled, "n_spills", None),
+        "fits": int(md.shared) <= limit,
+        **usage,
+    }
+
+
+def ptxas_usage(ptx: str, arch: int) -> dict:
+    """Registers and spill bytes of one kernel, from Triton's bundled ptxas (``-v``), no GPU needed."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    log = ""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        for name in ("ptxas", "ptxas-blackwell"):  # the second reads newer PTX versions
+            cmd = [str(bin_dir / name), "-v", f"--gpu-name={gpu}", str(src), "-o", str(Path(tmp) / "k.cubin")]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            log = res.stdout + res.stderr
+            if res.returncode == 0:
+                break
+        else:
+            raise RuntimeError(f"ptxas could not assemble the kernel for {gpu}: {log[-300:]}")
+    regs = re.search(r"Used (\d+) registers", log)
+    stores = re.search(r"(\d+) bytes spill stores", log)
+    loads = re.search(r"(\d+) bytes spill loads", log)
+    return {
+        "n_regs": int(regs.group(1)) if regs else None,
+        "spill_stores": int(stores.group(1)) if stores else None,
+        "spill_loads": int(loads.group(1)) if loads else None,
     }
 
 
