@@ -38,7 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="form memory block by block (the memory so far plus one block) instead of one shot",
     )
+    ap.add_argument(
+        "--long-history",
+        choices=("blocks", "fail"),
+        help="a history too long for the writer's input in one shot: write it again block by block "
+        "(default blocks: the memory so far plus the next block in, the new memory out) or leave it invalid",
+    )
     add_common(ap, DEFAULT_CONFIG)
+    from eval.openai_backend import add_endpoint_args
+
+    add_endpoint_args(ap, ("writer", "reader"))
     ns = ap.parse_args(argv)
     setup()
     from eval.generation import BackendError, DecodingConfigError, load_decoding
@@ -51,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "executor",
         "cases",
         "incremental",
+        "long_history",
         "limit",
         "seed",
         "bootstrap_resamples",
@@ -70,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_settings(PolicyConfig, ns.config, overrides(ns, names))
         apply_limit(cfg, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
-        out = run_policy(cfg, decoding=decoding)
+        writer, executor = served_models(ns, cfg, decoding)
+        out = run_policy(cfg, decoding=decoding, writer=writer, executor=executor)
     except (
         SettingsError,
         DecodingConfigError,
@@ -87,6 +98,25 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"policy-reuse eval: wrote {out} (report.md, summary.json, items.jsonl, policy_confusion.png)")
     return 0
+
+
+def served_models(ns, cfg, decoding):
+    """The writer and executor served by OpenAI-compatible endpoints (None: a local checkpoint)."""
+    from eval.openai_backend import OpenAIBackend, endpoint_settings, served_label
+
+    writer = executor = None
+    ws = endpoint_settings(ns, "writer")
+    if ws is not None:
+        writer = OpenAIBackend(ws, decoding)
+        cfg.writer = served_label(ws)
+    # the executor is served when a reader is named, or with --backend openai and a model executor
+    reader_named = ns.reader_endpoint or ns.reader_model
+    if reader_named or (decoding.backend == "openai" and cfg.executor not in ("rules", "base")):
+        rs = endpoint_settings(ns, "reader")
+        if rs is not None:
+            executor = OpenAIBackend(rs, decoding)
+            cfg.executor = served_label(rs)
+    return writer, executor
 
 
 if __name__ == "__main__":
