@@ -35,7 +35,7 @@ PROMPT_TOO_LONG = "prompt_too_long"
 # how servers say a prompt does not fit: ours and OpenAI's error code, vLLM's and OpenAI's messages,
 # and the local transformers backend's own message
 _TOO_LONG = re.compile(
-    r"context_length_exceeded|maximum context length|prompt_too_long|exceeds the input limit|"
+    r"context_length_exceeded|maximum context length|prompt_?too_?long|exceeds the input limit|"
     r"prompt \(length \d+\) is longer|is too long",
     re.IGNORECASE,
 )
