@@ -257,3 +257,55 @@ def test_policy_reuse_command_with_a_served_writer(served, cases_file, cases_lis
     # a reader executor needs a served reader with --backend openai; a missing endpoint is a clear error
     assert main([*argv[:-6], "--backend", "openai", "--out", str(tmp_path / "p")]) == 2
     assert "--endpoint URL" in capsys.readouterr().err
+
+
+def test_sabotage_eval_with_a_served_writer_and_reader(runs_file, tmp_path):
+    """eval/sabotage_eval.py through two served names (and the reader's base) equals the in-process run."""
+    from evalkit import default_responder
+
+    from eval.sabotage_eval import SabotageConfig, run_sabotage
+
+    texts = Prompts(REPO_ROOT / "configs" / "prompts").text
+    task_of = {texts[t]: t for t in ("writer_action", "reader_verdict")}
+
+    def role(adapter: bool):
+        def generate(messages, *, max_tokens, temperature, top_p, seed):
+            text = default_responder(messages, task_of[messages[0]["content"]], adapter)
+            return Generation(text, 10, 5, "stop")
+
+        return generate
+
+    server = ChatServer(
+        ("127.0.0.1", 0), model_id="base", generate=role(False), log=lambda line: None,
+        extra_models={"writer": role(True), "reader": role(True)},
+    )  # fmt: skip
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+
+        def cfg(out):
+            return SabotageConfig(
+                runs=str(runs_file), limit=None, out=str(tmp_path / out), progress=False,
+                bootstrap_resamples=100, chunk_size=4, base_writer=False,
+            )  # fmt: skip
+
+        decoding = DecodingConfig()
+        writer = OpenAIBackend(EndpointSettings(endpoint=server.url, model="writer"), decoding)
+        reader = OpenAIBackend(
+            EndpointSettings(endpoint=server.url, model="reader", base_model="base"), decoding
+        )
+        remote = run_sabotage(cfg("served"), writer=writer, reader=reader, decoding=decoding)
+        local_b = ScriptedBackend(default_responder)
+        local = run_sabotage(cfg("local"), writer=local_b, reader=local_b, decoding=decoding)
+        a, b = (json.loads((o / "summary.json").read_text()) for o in (remote, local))
+        # the one difference: served answers report the guard's json_end (as the transformers backend
+        # does for an answer whose object closed), the scripted backend reports no stop reason
+        assert a["writer"]["adapter"]["guard_stops"] > 0 and b["writer"]["adapter"]["guard_stops"] == 0
+        for s in (a, b):
+            for w in s["writer"].values():
+                if w:
+                    w.pop("guard_stops", None)
+        assert a == b
+        assert writer.requests > 0 and reader.requests > 0
+    finally:
+        server.shutdown()
+        server.server_close()
