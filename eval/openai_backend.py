@@ -258,6 +258,15 @@ def endpoint_settings(ns, role: str) -> EndpointSettings | None:
     )
 
 
+def require_base(s: EndpointSettings, role: str, wanted: bool) -> None:
+    """Fail before any request when a no-adapter baseline of ``role`` is wanted but not served."""
+    if wanted and not s.base_model:
+        raise BackendError(
+            f"--{role}-base-model: the {role}'s baseline without the adapter needs the base model's served "
+            f"name (with vLLM the model given to `vllm serve`), or turn it off with --no-base-{role}"
+        )
+
+
 def served_label(s: EndpointSettings) -> str:
     from data_prep.teacher_client.endpoint import chat_url, public_url
 

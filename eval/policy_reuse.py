@@ -102,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def served_models(ns, cfg, decoding):
     """The writer and executor served by OpenAI-compatible endpoints (None: a local checkpoint)."""
-    from eval.openai_backend import OpenAIBackend, endpoint_settings, served_label
+    from eval.openai_backend import OpenAIBackend, endpoint_settings, require_base, served_label
 
     writer = executor = None
     ws = endpoint_settings(ns, "writer")
     if ws is not None:
+        require_base(ws, "writer", cfg.base_writer or cfg.executor == "base")
         writer = OpenAIBackend(ws, decoding)
         cfg.writer = served_label(ws)
     # the executor is served when a reader is named, or with --backend openai and a model executor

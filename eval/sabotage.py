@@ -84,11 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         apply_limit(cfg, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
         served = {}
-        from eval.openai_backend import OpenAIBackend, endpoint_settings, served_label
+        from eval.openai_backend import OpenAIBackend, endpoint_settings, require_base, served_label
 
         for role in ("writer", "reader"):
             settings = endpoint_settings(ns, role)
             if settings is not None:
+                require_base(settings, role, getattr(cfg, f"base_{role}"))
                 served[role] = OpenAIBackend(settings, decoding)
                 setattr(cfg, role, served_label(settings))
         out = run_sabotage(cfg, decoding=decoding, **served)

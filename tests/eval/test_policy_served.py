@@ -257,6 +257,12 @@ def test_policy_reuse_command_with_a_served_writer(served, cases_file, cases_lis
     # a reader executor needs a served reader with --backend openai; a missing endpoint is a clear error
     assert main([*argv[:-6], "--backend", "openai", "--out", str(tmp_path / "p")]) == 2
     assert "--endpoint URL" in capsys.readouterr().err
+    # the base-writer baseline needs the base's served name, said before any request
+    no_base = [a for a in argv if a != "--no-base-writer"]
+    no_base[no_base.index("--out") + 1] = str(tmp_path / "q")
+    assert main(no_base) == 2
+    assert "--writer-base-model" in capsys.readouterr().err
+    assert main([*no_base, "--writer-base-model", "base"]) == 0
 
 
 def test_sabotage_eval_with_a_served_writer_and_reader(runs_file, tmp_path):
