@@ -7,7 +7,11 @@ Writer: one shot (the whole history, as ``writer_memory`` examples are rendered)
 trained one shot, so this mode is out of its training distribution). An answer that does not parse or
 does not fit the record types gets one repair attempt with the problem as feedback; a failed update
 keeps the last accepted memory; when none was accepted the memory is recorded as empty with status
-``invalid`` (never counted as a success, and its memory errors are reported as unscored).
+``invalid`` (never counted as a success, and its memory errors are reported as unscored). A history
+too long for the writer's input in one shot (``prompt_too_long``: never repaired) is written again by
+update waves, the memory so far plus the next block in and the new memory out (``long_history:
+blocks``, the default; ``fail`` leaves it invalid); the report counts such cases, failed updates and
+the reasons of invalid memories in the writer's row.
 
 Executors: ``rules`` (the default: the oracle's own rule applied to the memory's typed records, so the
 figures measure memory fidelity alone), a checkpoint (a reader trained on ``reader_policy``), or

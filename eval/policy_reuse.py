@@ -10,6 +10,10 @@ applied deterministically: memory fidelity alone). Baselines: no memory, gold me
 memory. Reports authorized use, unauthorized submission, escalation, the calibrated flag, per-dimension
 results and memory errors, with 95% bootstrap intervals. Writes a run directory (manifest.json,
 items.jsonl, summary.json, report.md, policy_confusion.png); rerunning with the same arguments resumes.
+A history too long for the writer in one shot is written block by block (--long-history blocks,
+the default). Served models instead of checkpoints (vLLM or any OpenAI-compatible server):
+``--backend openai --endpoint URL --writer-model writer [--writer-base-model BASE]`` (and
+``--reader-model`` for a model executor); ``eval/serve.py --lora-modules`` serves them locally.
 Exit 0 on success, 2 on bad input.
 """
 
