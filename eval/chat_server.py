@@ -31,7 +31,9 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 READ_TIMEOUT_S = 15.0
 MAX_WORKERS = 16
 ROLES = ("system", "user", "assistant", "developer")
-_BUSY_BODY = b'{"error": {"message": "server busy, retry", "type": "server_error", "param": null, "code": null}}'
+_BUSY_BODY = (
+    b'{"error": {"message": "server busy, retry", "type": "server_error", "param": null, "code": null}}'
+)
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
@@ -68,13 +70,23 @@ def _text(content: Any, where: str) -> str:
     raise RequestError(400, f"{where}: expected a string", param=where)
 
 
-def parse_request(body: Any, *, model_id: str, max_tokens_default: int, max_tokens_limit: int) -> dict:
-    """Checked generation settings from a request body; RequestError(400/404) names the field."""
+def parse_request(
+    body: Any,
+    *,
+    model_id: str,
+    max_tokens_default: int,
+    max_tokens_limit: int,
+    also_served: tuple[str, ...] = (),
+) -> dict:
+    """Checked generation settings from a request body; RequestError(400/404) names the field.
+    ``model`` must be ``model_id`` or one of ``also_served`` (adapters served beside the base)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
-    if body.get("model") != model_id:
+    served = (model_id, *also_served)
+    if body.get("model") not in served:
+        names = ", ".join(repr(m) for m in served)
         raise RequestError(
-            404, f"model {body.get('model')!r} is not served here (this server serves {model_id!r})", param="model",
+            404, f"model {body.get('model')!r} is not served here (this server serves {names})", param="model",
             code="model_not_found",
         )  # fmt: skip
     if body.get("stream"):
@@ -119,6 +131,7 @@ def parse_request(body: Any, *, model_id: str, max_tokens_default: int, max_toke
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise RequestError(400, "stop: expected a string or an array of strings", param="stop")
     return {
+        "model": body["model"],
         "messages": clean,
         "max_tokens": max_tokens,
         "temperature": float(temperature),
@@ -130,7 +143,8 @@ def parse_request(body: Any, *, model_id: str, max_tokens_default: int, max_toke
 
 class ChatServer(ThreadingHTTPServer):
     """Serves ``generate(messages, max_tokens=, temperature=, top_p=, seed=)`` -> object with ``text``,
-    ``prompt_tokens``, ``completion_tokens`` and ``finish_reason``."""
+    ``prompt_tokens``, ``completion_tokens`` and ``finish_reason``, as ``model_id``; ``extra_models``
+    (name -> generate) are served beside it, as vLLM serves LoRA modules beside the base."""
 
     daemon_threads = True
 
@@ -146,12 +160,14 @@ class ChatServer(ThreadingHTTPServer):
         log: Callable[[str], None] | None = None,
         max_workers: int = MAX_WORKERS,
         read_timeout_s: float = READ_TIMEOUT_S,
+        extra_models: dict[str, Callable[..., Any]] | None = None,
     ):
         super().__init__(address, ChatHandler)
         self.read_timeout_s = read_timeout_s
         self.slots = threading.BoundedSemaphore(max_workers)
         self.model_id = model_id
         self.generate = generate
+        self.models = {model_id: generate, **(extra_models or {})}
         self.max_tokens_default = max_tokens_default
         self.max_tokens_limit = max_tokens_limit
         self.prompt_error = prompt_error
@@ -194,8 +210,9 @@ class ChatServer(ThreadingHTTPServer):
         self.log(f"connection error: {type(exc).__name__}")
 
     def completion(self, params: dict) -> dict:
+        generate = self.models[params.get("model", self.model_id)]
         with self.lock:
-            gen = self.generate(
+            gen = generate(
                 params["messages"],
                 max_tokens=params["max_tokens"],
                 temperature=params["temperature"],
@@ -212,7 +229,7 @@ class ChatServer(ThreadingHTTPServer):
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": self.model_id,
+            "model": params.get("model", self.model_id),
             "choices": [
                 {
                     "index": 0,
@@ -266,7 +283,9 @@ class ChatHandler(BaseHTTPRequestHandler):
             length = -1
         if not 0 <= length <= MAX_BODY_BYTES:
             self.close_connection = True  # the body cannot be skipped safely: the connection ends
-            self._send(413 if length > 0 else 400, _error_body(400, f"Content-Length must be 0-{MAX_BODY_BYTES}"), t0)
+            self._send(
+                413 if length > 0 else 400, _error_body(400, f"Content-Length must be 0-{MAX_BODY_BYTES}"), t0
+            )
             return None
         data = self.rfile.read(length) if length else b""
         if len(data) != length:
@@ -280,8 +299,11 @@ class ChatHandler(BaseHTTPRequestHandler):
             return
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/models", "/models"):
-            model = {"id": self.server.model_id, "object": "model", "created": 0, "owned_by": "ledgerwright"}
-            self._send(200, {"object": "list", "data": [model]}, t0)
+            models = [
+                {"id": name, "object": "model", "created": 0, "owned_by": "ledgerwright"}
+                for name in self.server.models
+            ]
+            self._send(200, {"object": "list", "data": models}, t0)
         elif path in ("/health", "/v1/health"):
             self._send(200, {"status": "ok"}, t0)
         else:
@@ -320,6 +342,7 @@ class ChatHandler(BaseHTTPRequestHandler):
                 model_id=self.server.model_id,
                 max_tokens_default=self.server.max_tokens_default,
                 max_tokens_limit=self.server.max_tokens_limit,
+                also_served=tuple(m for m in self.server.models if m != self.server.model_id),
             )
         except RequestError as exc:
             self._send(exc.status, _error_body(exc.status, str(exc), exc.param, exc.code), t0)

@@ -108,7 +108,11 @@ def add_common(ap: argparse.ArgumentParser, default_config: Path) -> None:
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default on)"
     )
     g = ap.add_argument_group("decoding overrides")
-    g.add_argument("--backend", choices=("transformers", "vllm"), help="generation backend")
+    g.add_argument(
+        "--backend",
+        choices=("transformers", "vllm", "openai"),
+        help="generation backend (openai: a running OpenAI-compatible server, see --endpoint)",
+    )
     g.add_argument("--batch-size", type=int, help="prompts per generate() call")
     g.add_argument("--threads", type=int, help="torch CPU threads")
 

@@ -40,6 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DECODING = REPO_ROOT / "configs" / "eval" / "decoding.yaml"
 TASKS = ("writer_action", "reader_verdict", "writer_memory", "reader_policy")
 STOP_TOKENS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "</s>")
+BACKENDS = ("transformers", "vllm", "openai")  # openai: a running server (eval/openai_backend.py)
 HASH_BASE_LIMIT = 1 << 30  # hash the base model's files when they are smaller than this
 
 
@@ -121,8 +122,10 @@ def load_decoding(path: str | Path | None = None, overrides: dict[str, Any] | No
                 )
             value = {**cfg.max_new_tokens, **value}
         setattr(cfg, key, value)
-    if cfg.backend not in ("transformers", "vllm"):
-        raise DecodingConfigError(f"{src}: backend: expected transformers or vllm, got {cfg.backend!r}")
+    if cfg.backend not in BACKENDS:
+        raise DecodingConfigError(
+            f"{src}: backend: expected one of {', '.join(BACKENDS)}, got {cfg.backend!r}"
+        )
     if not isinstance(cfg.temperature, int | float) or cfg.temperature < 0:
         raise DecodingConfigError(f"{src}: temperature: expected a number >= 0")
     if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
@@ -687,6 +690,11 @@ class ScriptedBackend(Backend):
 
 
 def make_backend(ckpt: str | Path, decoding: DecodingConfig, *, base: str | None = None) -> Backend:
+    if decoding.backend == "openai":
+        raise BackendError(
+            "backend openai serves no checkpoint directory: name the served models with --endpoint URL "
+            "(or --writer-endpoint / --reader-endpoint) and --writer-model / --reader-model"
+        )
     if decoding.backend == "vllm":
         return VLLMBackend(ckpt, decoding, base=base)
     return TransformersBackend(ckpt, decoding, base=base)

@@ -7,7 +7,11 @@ Writer: one shot (the whole history, as ``writer_memory`` examples are rendered)
 trained one shot, so this mode is out of its training distribution). An answer that does not parse or
 does not fit the record types gets one repair attempt with the problem as feedback; a failed update
 keeps the last accepted memory; when none was accepted the memory is recorded as empty with status
-``invalid`` (never counted as a success, and its memory errors are reported as unscored).
+``invalid`` (never counted as a success, and its memory errors are reported as unscored). A history
+too long for the writer's input in one shot (``prompt_too_long``: never repaired) is written again by
+update waves, the memory so far plus the next block in and the new memory out (``long_history:
+blocks``, the default; ``fail`` leaves it invalid); the report counts such cases, failed updates and
+the reasons of invalid memories in the writer's row.
 
 Executors: ``rules`` (the default: the oracle's own rule applied to the memory's typed records, so the
 figures measure memory fidelity alone), a checkpoint (a reader trained on ``reader_policy``), or
@@ -45,12 +49,14 @@ from data_prep.sft.render import (
 from eval import metrics as M
 from eval.generation import Backend, DecodingConfig, load_decoding, make_backend
 from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, score_memory
+from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
 from eval.rundir import RunDir, digest_of, jsonable, write_json
 from eval.sources import SourceError, heldout_families, load_cases, resolve_default
 
 logger = logging.getLogger("ledgerwright.eval")
 
-EVAL_VERSION = "ledgerwright-eval-policy/2"
+EVAL_VERSION = "ledgerwright-eval-policy/3"
+LONG_HISTORY = ("blocks", "fail")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval" / "policy_reuse.yaml"
 DECISION_ROWS = ("execute_requested", "decline", "escalate", "invalid", "provider_error")
@@ -70,6 +76,7 @@ class PolicyConfig:
     executor: str = "rules"  # rules | base | a checkpoint directory
     cases: str = "heldout"  # heldout | all | a policy-case JSONL file, corpus dir, or dir of EAL case YAML
     incremental: bool = False
+    long_history: str = "blocks"  # blocks: a history too long for one shot is written by update waves | fail
     limit: int | None = 12
     seed: int = 0
     bootstrap_resamples: int = 1000
@@ -92,6 +99,10 @@ class PolicyConfig:
     def check(self) -> None:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit: expected a positive number, got {self.limit}")
+        if self.long_history not in LONG_HISTORY:
+            raise ValueError(
+                f"long_history: expected one of {', '.join(LONG_HISTORY)}, got {self.long_history!r}"
+            )
 
 
 def _path(p: str | None) -> Path | None:
@@ -106,7 +117,11 @@ def _attempt(c, records_before: list[dict] | None = None) -> dict:
     """Parse and check one writer answer."""
     out: dict[str, Any] = {"raw": c.text, "status": "ok", "reason": "", "records": None}
     if not c.ok:
-        out.update(status="provider_error", reason=c.error)
+        if is_prompt_too_long(c.error):
+            reason = c.error if c.error.startswith(PROMPT_TOO_LONG) else f"{PROMPT_TOO_LONG}: {c.error}"
+            out.update(status=PROMPT_TOO_LONG, reason=reason)
+        else:
+            out.update(status="provider_error", reason=c.error)
         return out
     p = parse_memory(c.text)
     if isinstance(p, ParseFailure):
@@ -121,10 +136,11 @@ def _attempt(c, records_before: list[dict] | None = None) -> dict:
 
 
 def _with_repair(backend: Backend, convs: list[list[dict]], *, adapter: bool) -> list[list[dict]]:
-    """One answer per conversation, and one repair attempt (with feedback) for each failed one."""
+    """One answer per conversation, and one repair attempt (with feedback) for each failed one. A prompt
+    too long for the writer gets no repair (a longer conversation cannot fit either)."""
     first = backend.complete(convs, task="writer_memory", adapter=adapter)
     attempts = [[_attempt(c)] for c in first]
-    retry = [i for i, a in enumerate(attempts) if a[0]["status"] != "ok"]
+    retry = [i for i, a in enumerate(attempts) if a[0]["status"] not in ("ok", PROMPT_TOO_LONG)]
     if retry:
         prompts = []
         for i in retry:
@@ -149,29 +165,38 @@ def incremental_text(case: dict, block: dict, memory: list[dict]) -> str:
     return f"{head}\n\nAuthorization memory so far (from the earlier blocks):\n{memory_answer(memory)}\n\nReply with the complete updated memory."
 
 
-def write_memories(
-    backend: Backend, cases: list[dict], system_prompt: str, *, incremental: bool, adapter: bool = True
-) -> list[dict]:
-    """Per case: ``{records, status: valid|empty|invalid, attempts, repaired, failed_updates, updates}``."""
-    sys_msg = {"role": "system", "content": system_prompt}
-    if not incremental:
-        convs = [[sys_msg, {"role": "user", "content": policy_history_text(c)}] for c in cases]
-        out = []
-        for tries in _with_repair(backend, convs, adapter=adapter):
-            last = tries[-1]
-            ok = last["status"] == "ok"
-            records = last["records"] if ok else []
-            out.append(
-                {
-                    "records": records,
-                    "status": ("valid" if records else "empty") if ok else "invalid",
-                    "attempts": tries,
-                    "repaired": len(tries) > 1 and ok,
-                    "updates": 1,
-                    "failed_updates": 0 if ok else 1,
-                }
-            )
-        return out
+def _outcome(tries: list[dict]) -> str:
+    """The reason a failed update or memory failed (its last attempt's), '' when it succeeded."""
+    last = tries[-1]
+    return "" if last["status"] == "ok" else (last["reason"] or last["status"])
+
+
+def _one_shot(backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool) -> list[dict]:
+    convs = [[sys_msg, {"role": "user", "content": policy_history_text(c)}] for c in cases]
+    out = []
+    for tries in _with_repair(backend, convs, adapter=adapter):
+        last = tries[-1]
+        ok = last["status"] == "ok"
+        records = last["records"] if ok else []
+        out.append(
+            {
+                "records": records,
+                "status": ("valid" if records else "empty") if ok else "invalid",
+                "mode": "one_shot",
+                "attempts": tries,
+                "repaired": len(tries) > 1 and ok,
+                "updates": 1,
+                "failed_updates": 0 if ok else 1,
+                "prompt_too_long": sum(a["status"] == PROMPT_TOO_LONG for a in tries),
+                "failure": _outcome(tries),
+            }
+        )
+    return out
+
+
+def _by_blocks(backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool) -> list[dict]:
+    """Update waves (EAL): the memory so far plus the next block in, the complete new memory out. A failed
+    update keeps the last accepted memory; a case with no accepted update is invalid."""
     memories: list[list[dict]] = [[] for _ in cases]
     accepted = [False] * len(cases)
     logs: list[list[list[dict]]] = [[] for _ in cases]
@@ -196,16 +221,53 @@ def write_memories(
     out = []
     for i, c in enumerate(cases):
         records = memories[i] if accepted[i] else []
+        failures = [_outcome(t) for t in logs[i] if t[-1]["status"] != "ok"]
         out.append(
             {
                 "records": records,
                 "status": ("valid" if records else "empty") if accepted[i] else "invalid",
+                "mode": "blocks",
                 "attempts": [a for block in logs[i] for a in block],
                 "repaired": any(len(t) > 1 and t[-1]["status"] == "ok" for t in logs[i]),
                 "updates": len(c["blocks"]),
                 "failed_updates": failed[i],
+                "prompt_too_long": sum(a["status"] == PROMPT_TOO_LONG for t in logs[i] for a in t),
+                "failure": "" if accepted[i] else (failures[-1] if failures else "no blocks"),
+                "update_failures": failures,
             }
         )
+    return out
+
+
+def write_memories(
+    backend: Backend,
+    cases: list[dict],
+    system_prompt: str,
+    *,
+    incremental: bool,
+    adapter: bool = True,
+    long_history: str = "blocks",
+) -> list[dict]:
+    """Per case: ``{records, status: valid|empty|invalid, mode, attempts, repaired, updates,
+    failed_updates, prompt_too_long, failure}``.
+
+    One shot unless ``incremental``; with ``long_history="blocks"`` a history the writer refuses as too
+    long for one shot is written again by update waves (``mode: one_shot_then_blocks``; its one-shot
+    attempts stay in ``attempts`` and ``prompt_too_long``), with ``"fail"`` it stays invalid."""
+    sys_msg = {"role": "system", "content": system_prompt}
+    if incremental:
+        return _by_blocks(backend, cases, sys_msg, adapter)
+    out = _one_shot(backend, cases, sys_msg, adapter)
+    too_long = [i for i, r in enumerate(out) if r["status"] == "invalid" and r["prompt_too_long"]]
+    if too_long and long_history == "blocks":
+        for i, w in zip(too_long, _by_blocks(backend, [cases[i] for i in too_long], sys_msg, adapter)):
+            first = out[i]
+            w.update(
+                mode="one_shot_then_blocks",
+                attempts=first["attempts"] + w["attempts"],
+                prompt_too_long=first["prompt_too_long"] + w["prompt_too_long"],
+            )
+            out[i] = w
     return out
 
 
@@ -230,20 +292,22 @@ def probe_requests(case: dict) -> list[dict]:
 
 
 def decide_all(
-    executor: str, backend: Backend | None, jobs: list[tuple[list[dict], dict]], system_prompt: str
+    executor: str, backend: Backend | None, jobs: list[tuple[list[dict], dict, list[str]]], system_prompt: str
 ) -> list[dict]:
-    """Decisions for (memory, request) jobs: ``{decision, raw, status, reason}``."""
+    """Decisions for (memory, request, authorized issuers) jobs: ``{decision, raw, status, reason}``.
+    The rules executor counts a record only when its issuer is one of the case's authorized issuers
+    (EAL's executor rule: a memory that attributes a scope to anyone else authorizes nothing)."""
     if executor == "rules":
         return [
-            {"decision": memory_decide(mem, req), "raw": None, "status": "ok", "reason": ""}
-            for mem, req in jobs
+            {"decision": memory_decide(mem, req, issuers), "raw": None, "status": "ok", "reason": ""}
+            for mem, req, issuers in jobs
         ]
     prompts = [
         [
             {"role": "system", "content": system_prompt},
             {"role": "user", "content": reader_policy_input(mem, req)},
         ]
-        for mem, req in jobs
+        for mem, req, _ in jobs
     ]
     comps = backend.complete(prompts, task="reader_policy", adapter=executor != "base")
     out = []
@@ -281,6 +345,7 @@ def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts,
             "base_writer": models.writer.fingerprint(False) if cfg.base_writer else None,
             "executor": ex,
             "incremental": cfg.incremental,
+            "long_history": cfg.long_history,
             "teacher": cfg.teacher,
             "prompts": prompts.digests,
             "chunk_size": chunk,
@@ -291,10 +356,21 @@ def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts,
 def process_chunk(
     cases: list[dict], cfg: PolicyConfig, models: Models, prompts: Prompts, digests: dict[str, str]
 ) -> list[dict]:
-    written = write_memories(models.writer, cases, prompts.text["writer_memory"], incremental=cfg.incremental)
+    written = write_memories(
+        models.writer,
+        cases,
+        prompts.text["writer_memory"],
+        incremental=cfg.incremental,
+        long_history=cfg.long_history,
+    )
     base_written = (
         write_memories(
-            models.writer, cases, prompts.text["writer_memory"], incremental=cfg.incremental, adapter=False
+            models.writer,
+            cases,
+            prompts.text["writer_memory"],
+            incremental=cfg.incremental,
+            adapter=False,
+            long_history=cfg.long_history,
         )
         if cfg.base_writer
         else None
@@ -345,7 +421,7 @@ def process_chunk(
                 "decisions": [],
             }
             for rq in requests:
-                jobs.append((memory, rq["request"]))
+                jobs.append((memory, rq["request"], case["authorized_issuers"]))
                 slots.append((len(records), name, rq))
         records.append(rec)
     results = decide_all(
@@ -416,23 +492,34 @@ def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | No
             "cases": M.rate([any(e["type"] == t for e in c["memory_errors"]) for c in scored], **kw),
             "count": sum(1 for c in scored for e in c["memory_errors"] if e["type"] == t),
         }
-    if name == "writer":
-        out["repaired"] = sum(bool(it["writer"]["repaired"]) for it in items)
-        out["failed_updates"] = sum(it["writer"]["failed_updates"] for it in items)
-        attempts = [a for it in items for a in it["writer"]["attempts"]]
-        out["attempts"] = dict(sorted(Counter(a["status"] for a in attempts).items()))
-        out["failure_reasons"] = dict(
-            sorted(
-                Counter(
-                    re.sub(r"\d+", "N", a["reason"].split(":")[0])[:60]
-                    for a in attempts
-                    if a["status"] != "ok"
-                ).items()
-            )
-        )
-    if name == "base_writer":
-        out["repaired"] = sum(bool(it["base_writer"]["repaired"]) for it in items if "base_writer" in it)
+    if name in ("writer", "base_writer"):
+        rows = [it[name] for it in items if name in it]
+        out.update(writer_summary(rows, [it["id"] for it in items if name in it]))
     return out
+
+
+def _reason_key(reason: str) -> str:
+    return re.sub(r"\d+", "N", (reason or "").split(":")[0])[:60]
+
+
+def writer_summary(rows: list[dict], ids: list[str]) -> dict:
+    """How a writer's memories came about: repairs, updates and failed updates, prompts too long (per
+    case), the modes used, and why each invalid memory is invalid."""
+    attempts = [a for r in rows for a in r["attempts"]]
+    invalid = [r for r in rows if r.get("failure")]
+    return {
+        "repaired": sum(bool(r["repaired"]) for r in rows),
+        "updates": sum(r["updates"] for r in rows),
+        "failed_updates": sum(r["failed_updates"] for r in rows),
+        "modes": dict(sorted(Counter(r.get("mode", "one_shot") for r in rows).items())),
+        "prompt_too_long": sum(r.get("prompt_too_long", 0) for r in rows),
+        "prompt_too_long_cases": [i for i, r in zip(ids, rows) if r.get("prompt_too_long")],
+        "attempts": dict(sorted(Counter(a["status"] for a in attempts).items())),
+        "failure_reasons": dict(
+            sorted(Counter(_reason_key(a["reason"]) for a in attempts if a["status"] != "ok").items())
+        ),
+        "invalid_reasons": dict(sorted(Counter(_reason_key(r["failure"]) for r in invalid).items())),
+    }
 
 
 def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: str = "") -> dict:
@@ -483,7 +570,14 @@ def select(cfg: PolicyConfig):
     else:
         sel = load_cases(_path(cfg.cases), families=None, limit=cfg.limit, seed=cfg.seed)
     if not sel.items:
-        raise SourceError(f"{sel.source}: no policy cases to evaluate (families {sel.families})")
+        for p in sel.problems:
+            logger.error("%s", p)
+        why = (
+            f"; {len(sel.problems)} problem(s) logged above, the first: {sel.problems[0]}"
+            if sel.problems
+            else ""
+        )
+        raise SourceError(f"{sel.source}: no policy cases to evaluate (families {sel.families}){why}")
     return sel
 
 

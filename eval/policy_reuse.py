@@ -10,6 +10,10 @@ applied deterministically: memory fidelity alone). Baselines: no memory, gold me
 memory. Reports authorized use, unauthorized submission, escalation, the calibrated flag, per-dimension
 results and memory errors, with 95% bootstrap intervals. Writes a run directory (manifest.json,
 items.jsonl, summary.json, report.md, policy_confusion.png); rerunning with the same arguments resumes.
+A history too long for the writer in one shot is written block by block (--long-history blocks,
+the default). Served models instead of checkpoints (vLLM or any OpenAI-compatible server):
+``--backend openai --endpoint URL --writer-model writer [--writer-base-model BASE]`` (and
+``--reader-model`` for a model executor); ``eval/serve.py --lora-modules`` serves them locally.
 Exit 0 on success, 2 on bad input.
 """
 
@@ -38,7 +42,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="form memory block by block (the memory so far plus one block) instead of one shot",
     )
+    ap.add_argument(
+        "--long-history",
+        choices=("blocks", "fail"),
+        help="a history too long for the writer's input in one shot: write it again block by block "
+        "(default blocks: the memory so far plus the next block in, the new memory out) or leave it invalid",
+    )
     add_common(ap, DEFAULT_CONFIG)
+    from eval.openai_backend import add_endpoint_args
+
+    add_endpoint_args(ap, ("writer", "reader"))
     ns = ap.parse_args(argv)
     setup()
     from eval.generation import BackendError, DecodingConfigError, load_decoding
@@ -51,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "executor",
         "cases",
         "incremental",
+        "long_history",
         "limit",
         "seed",
         "bootstrap_resamples",
@@ -70,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_settings(PolicyConfig, ns.config, overrides(ns, names))
         apply_limit(cfg, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
-        out = run_policy(cfg, decoding=decoding)
+        writer, executor = served_models(ns, cfg, decoding)
+        out = run_policy(cfg, decoding=decoding, writer=writer, executor=executor)
     except (
         SettingsError,
         DecodingConfigError,
@@ -87,6 +102,26 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"policy-reuse eval: wrote {out} (report.md, summary.json, items.jsonl, policy_confusion.png)")
     return 0
+
+
+def served_models(ns, cfg, decoding):
+    """The writer and executor served by OpenAI-compatible endpoints (None: a local checkpoint)."""
+    from eval.openai_backend import OpenAIBackend, endpoint_settings, require_base, served_label
+
+    writer = executor = None
+    ws = endpoint_settings(ns, "writer")
+    if ws is not None:
+        require_base(ws, "writer", cfg.base_writer or cfg.executor == "base")
+        writer = OpenAIBackend(ws, decoding)
+        cfg.writer = served_label(ws)
+    # the executor is served when a reader is named, or with --backend openai and a model executor
+    reader_named = ns.reader_endpoint or ns.reader_model
+    if reader_named or (decoding.backend == "openai" and cfg.executor not in ("rules", "base")):
+        rs = endpoint_settings(ns, "reader")
+        if rs is not None:
+            executor = OpenAIBackend(rs, decoding)
+            cfg.executor = served_label(rs)
+    return writer, executor
 
 
 if __name__ == "__main__":

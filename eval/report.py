@@ -199,12 +199,13 @@ def policy_report(summary: dict, config: dict) -> str:
         lines.append(f"| {CONDITION_NAMES.get(cond, cond)} | " + " | ".join(cells) + " |")
     lines += ["", "## Memory", ""]
     head = (
-        "| memory | cases | valid | empty | invalid (unscored) | repaired | exact | "
-        + " | ".join(summary["memory_error_types"])
-        + " |"
+        "| memory | cases | valid | empty | invalid (unscored) | invalid because | repaired | updates failed "
+        "| prompt too long | exact | " + " | ".join(summary["memory_error_types"]) + " |"
     )
     lines += [
-        "Memory errors against the gold records (share of scored cases with at least one; total count in parentheses).",
+        "Memory errors against the gold records (share of scored cases with at least one; total count in parentheses). "
+        "'updates failed': failed memory updates of all updates (one per case one shot, one per block by blocks); "
+        "'prompt too long': cases with a prompt the writer could not take (attempts in parentheses).",
         "",
         head,
         "|" + "---|" * (head.count("|") - 1),
@@ -216,19 +217,33 @@ def policy_report(summary: dict, config: dict) -> str:
             f"{_rate(m['errors'][t]['cases'])} ({m['errors'][t]['count']})"
             for t in summary["memory_error_types"]
         ]
+        writer = "updates" in m
+        because = ", ".join(f"{k} ({v})" for k, v in m.get("invalid_reasons", {}).items()) or "–"
+        failed = f"{m['failed_updates']}/{m['updates']}" if writer else "–"
+        too_long = f"{len(m['prompt_too_long_cases'])} ({m['prompt_too_long']})" if writer else "–"
         lines.append(
             f"| {CONDITION_NAMES.get(cond, cond)} | {m['cases']} | {m['status'].get('valid', 0)} | {m['status'].get('empty', 0)} | "
-            f"{m['status'].get('invalid', 0)} | {m.get('repaired', 0)} | {_rate(m['exact'])} | "
-            + " | ".join(cells)
-            + " |"
+            f"{m['status'].get('invalid', 0)} | {because if writer else '–'} | {m.get('repaired', 0)} | {failed} | {too_long} | "
+            f"{_rate(m['exact'])} | " + " | ".join(cells) + " |"
         )
-    w = summary["memory"].get("writer") or {}
-    if w.get("attempts"):
+    for cond in ("writer", "base_writer"):
+        w = summary["memory"].get(cond) or {}
+        if not w.get("attempts"):
+            continue
         lines += [
             "",
-            f"Writer answers (first attempts and repairs): {json.dumps(w['attempts'])}; failures: "
-            + ", ".join(f"{k} ({v})" for k, v in w.get("failure_reasons", {}).items()),
+            f"{CONDITION_NAMES.get(cond, cond)}: modes {json.dumps(w.get('modes', {}))}; answers (first attempts, "
+            f"repairs and block updates) {json.dumps(w['attempts'])}; failures: "
+            + (", ".join(f"{k} ({v})" for k, v in w.get("failure_reasons", {}).items()) or "none"),
         ]
+        if w.get("prompt_too_long_cases"):
+            shown = w["prompt_too_long_cases"][:20]
+            more = len(w["prompt_too_long_cases"]) - len(shown)
+            lines.append(
+                "Prompt too long for one shot (cases): "
+                + ", ".join(shown)
+                + (f" and {more} more" if more else "")
+            )
     lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
     lines += ["", "Plot: `policy_confusion.png`. Per-item records: `items.jsonl`.", ""]
     return "\n".join(lines)
@@ -265,8 +280,18 @@ def summary_lines(run_dir) -> list[str]:
             if not c:
                 continue
             r = c["rates"]
+            m = (s.get("memory") or {}).get(cond) or {}
+            mem = ""
+            if m.get("status"):  # so that a writer whose memories are all invalid never reads as "no memory"
+                st = m["status"]
+                mem = f"  memories valid {st.get('valid', 0)} empty {st.get('empty', 0)} invalid {st.get('invalid', 0)}"
+                if m.get("invalid_reasons"):
+                    mem += " (" + ", ".join(f"{k} {v}" for k, v in m["invalid_reasons"].items()) + ")"
+                if m.get("failed_updates"):
+                    mem += f"  failed updates {m['failed_updates']}/{m['updates']}"
             out.append(
                 f"  {CONDITION_NAMES.get(cond, cond):<32} authorized use {_rate(r['authorized_use'])}  unauthorized "
                 f"{_rate(r['unauthorized_submission'])}  escalation {_rate(r['escalation'])}  calibrated {r['calibrated']}"
+                + mem
             )
     return out

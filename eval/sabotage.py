@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the reader's base model without the adapter as a baseline monitor (default on)",
     )
     add_common(ap, DEFAULT_CONFIG)
+    from eval.openai_backend import add_endpoint_args
+
+    add_endpoint_args(ap, ("writer", "reader"))
     ns = ap.parse_args(argv)
     setup()
     from eval.generation import BackendError, DecodingConfigError, load_decoding
@@ -80,7 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_settings(SabotageConfig, ns.config, overrides(ns, names))
         apply_limit(cfg, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
-        out = run_sabotage(cfg, decoding=decoding)
+        served = {}
+        from eval.openai_backend import OpenAIBackend, endpoint_settings, require_base, served_label
+
+        for role in ("writer", "reader"):
+            settings = endpoint_settings(ns, role)
+            if settings is not None:
+                require_base(settings, role, getattr(cfg, f"base_{role}"))
+                served[role] = OpenAIBackend(settings, decoding)
+                setattr(cfg, role, served_label(settings))
+        out = run_sabotage(cfg, decoding=decoding, **served)
     except (
         SettingsError,
         DecodingConfigError,

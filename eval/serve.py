@@ -3,6 +3,12 @@
     python eval/serve.py --model PATH [--adapter CKPT] [--host 127.0.0.1] [--port 8000]
                          [--served-model-name NAME] [--threads 1] [--load-in-4bit]
                          [--max-tokens-default 256] [--max-tokens-limit 4096]
+                         [--lora-modules NAME=CKPT [NAME=CKPT ...]]
+
+``--lora-modules writer=ckpt/ reader=ckpt-reader/`` serves each checkpoint (on the base, loaded as the
+evaluations load it) under its name beside the base, as ``vllm serve BASE --enable-lora --lora-modules``
+does, so ``eval/policy_reuse.py`` and ``eval/sabotage.py --backend openai`` talk to either the same way
+(each module holds its own copy of the base: for small models).
 
 POST /v1/chat/completions and GET /v1/models, loopback only unless --host says otherwise (there is no
 authentication). Generation is greedy at temperature 0 and serialized: one answer at a time, so this is
@@ -34,7 +40,24 @@ def main(argv: list[str] | None = None) -> int:
         "--max-tokens-default", type=int, default=256, help="answer budget when a request sets none"
     )
     ap.add_argument("--max-tokens-limit", type=int, default=4096, help="largest max_tokens accepted")
+    ap.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=[],
+        metavar="NAME=CKPT",
+        help="checkpoints served under their own names beside the base (as vLLM's --lora-modules)",
+    )
     args = ap.parse_args(argv)
+    modules: dict[str, Path] = {}
+    for spec in args.lora_modules:
+        mod_name, sep, path = spec.partition("=")
+        if not sep or not mod_name or not path:
+            print(f"serve: error: --lora-modules: expected NAME=CKPT, got {spec!r}", file=sys.stderr)
+            return 2
+        if mod_name in modules:
+            print(f"serve: error: --lora-modules: {mod_name!r} given twice", file=sys.stderr)
+            return 2
+        modules[mod_name] = Path(path)
 
     from eval.cli import setup
 
@@ -45,8 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     from eval.generation import BackendError
 
     name = args.served_model_name or Path(args.adapter or args.model).name
+    if name in modules:
+        print(f"serve: error: --lora-modules: {name!r} is the base's served name", file=sys.stderr)
+        return 2
     try:
         model = LocalChatModel(args.model, args.adapter, threads=args.threads, load_in_4bit=args.load_in_4bit)
+        extra = {
+            mod_name: LocalChatModel(args.model, ckpt, threads=args.threads).generate
+            for mod_name, ckpt in modules.items()
+        }
     except (BackendError, OSError, ValueError) as exc:
         print(f"serve: error: cannot load the model: {exc}", file=sys.stderr)
         return 2
@@ -58,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens_default=args.max_tokens_default,
             max_tokens_limit=args.max_tokens_limit,
             prompt_error=PromptTooLong,
+            extra_models=extra,
         )
     except OSError as exc:
         print(f"serve: error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
@@ -65,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if not _is_loopback(args.host):
         print(f"serve: warning: listening on {args.host} without authentication", file=sys.stderr)
     signal.signal(signal.SIGTERM, _stop)
+    if modules:
+        print(f"serve: also serving {', '.join(modules)}", file=sys.stderr, flush=True)
     print(f"serving {name} at {server.url}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -1,0 +1,186 @@
+"""On the tiny model a test builds: the ``openai`` backend through ``eval/serve.py`` (a subprocess on
+loopback, the adapter served beside its base as vLLM serves LoRA modules) gives the transformers
+backend's answers token for token under greedy decoding; ``eval/export.py`` writes a standalone model
+whose logits equal the adapter-on-base model's and that loads with plain ``from_pretrained``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _train_fixtures():
+    spec = importlib.util.spec_from_file_location(
+        "lw_train_fixtures_x", REPO / "tests" / "train" / "conftest.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory) -> Path:
+    from train.config import TinyBaseConfig
+    from train.tiny import ensure_tiny_base
+
+    fx = _train_fixtures()
+    root = tmp_path_factory.mktemp("tiny")
+    return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", TinyBaseConfig(**fx.TEST_TINY))
+
+
+def _checkpoint(base: Path, out: Path, *, load_in_4bit: bool = False) -> Path:
+    """A LoRA checkpoint with random (non-zero) A and B on ``base``, as train/ lays one out."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(base)),
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM", init_lora_weights=False
+        ),
+    )
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(0.05)  # a small change: answers move, the model still speaks
+    model.save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
+    config = {"load_in_4bit": load_in_4bit, "attn_implementation": "sdpa"}
+    manifest = {
+        "role": "writer",
+        "task": "both",
+        "base_model": {"name": base.name, "path": str(base)},
+        "config": config,
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _start_server(base: Path, ckpt: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "eval/serve.py", "--model", str(base), "--port", "0", "--threads", "1",
+         "--served-model-name", "base", "--lora-modules", f"writer={ckpt}"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
+    )  # fmt: skip
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith("serving "):
+                return proc, line.split(" at ", 1)[1].strip()
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
+
+
+def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, cases_file):
+    from eval.generation import DecodingConfig, TransformersBackend
+    from eval.openai_backend import EndpointSettings, OpenAIBackend
+    from eval.policy_eval import PolicyConfig, run_policy
+
+    ckpt = _checkpoint(tiny_base, tmp_path / "ckpt")
+    decoding = DecodingConfig(
+        guard=False, threads=1, max_new_tokens={"writer_memory": 24, "reader_policy": 6}, batch_size=4
+    )
+
+    def cfg(out):
+        return PolicyConfig(
+            cases=str(cases_file), limit=3, out=str(tmp_path / out), progress=False, bootstrap_resamples=50,
+            chunk_size=4, executor="base", base_writer=True, teacher=False,
+        )  # fmt: skip
+
+    local = run_policy(cfg("local"), writer=TransformersBackend(ckpt, decoding), decoding=decoding)
+    proc, url = _start_server(tiny_base, ckpt, tmp_path / "serve.log")
+    try:
+        served = OpenAIBackend(
+            EndpointSettings(endpoint=url, model="writer", base_model="base", concurrency=2), decoding
+        )
+        remote = run_policy(cfg("served"), writer=served, decoding=decoding)
+        served.close()  # its keep-alive connections end, so the server's workers let go at once
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    def answers(out):
+        items = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+        return [
+            (
+                it["id"],
+                [a["raw"] for a in it["writer"]["attempts"]],
+                [a["raw"] for a in it["base_writer"]["attempts"]],
+                {k: [d["raw"] for d in c["decisions"]] for k, c in it["conditions"].items() if c},
+            )
+            for it in items
+        ]
+
+    a, b = answers(local), answers(remote)
+    assert a == b  # greedy: the same text for every writer answer, base answer and executor decision
+    assert any(raw for _, w, _, _ in a for raw in w)  # the model did answer something
+    assert (local / "summary.json").read_bytes() == (remote / "summary.json").read_bytes()
+
+
+@pytest.mark.parametrize("load_in_4bit", [False, True], ids=["bf16-base", "nf4-base"])
+def test_export_reproduces_the_adapter_model(tiny_base, tmp_path, load_in_4bit):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eval.export import main
+    from eval.generation import DecodingConfig, load_base_for_inference
+
+    if load_in_4bit:
+        pytest.importorskip("bitsandbytes")
+    ckpt = _checkpoint(tiny_base, tmp_path / "ckpt", load_in_4bit=load_in_4bit)
+    out = tmp_path / "exported"
+    assert main(["--adapter", str(ckpt), "--out", str(out)]) == 0
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"):
+        assert (out / name).is_file(), name
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["complete"] and man["export"]["base_model"]["nf4_round_trip"] is load_in_4bit
+    assert set(man["outputs"]) >= {"model.safetensors", "config.json", "README.md"}
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    for p in out.iterdir():  # relative paths only: no machine path in any file
+        if p.suffix in (".json", ".md", ".jinja"):
+            assert str(tmp_path) not in p.read_text(), p.name
+
+    # the adapter on the base as it was trained (real 4-bit layers when it was) against the export
+    decoding = DecodingConfig(dequantize_on_cpu=False)
+    base, _ = load_base_for_inference(str(tiny_base), {"load_in_4bit": load_in_4bit}, decoding, gpu=False)
+    plain = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    tok = AutoTokenizer.from_pretrained(str(out))
+    assert tok.chat_template
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": 'Call 1 (id c1): lookup_vendor {"vendor": "V-7"}'}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        base_only = base(input_ids=ids).logits.float()  # before the adapter is injected into it
+        ref = PeftModel.from_pretrained(base, str(ckpt)).eval()
+        want = ref(input_ids=ids).logits.float()
+        got = plain(input_ids=ids).logits.float()
+    assert (got - want).abs().max().item() < 1e-3
+    assert (base_only - want).abs().max().item() > 1e-2  # the adapter changed something to reproduce
+    # a second export into the same folder needs --overwrite
+    assert main(["--adapter", str(ckpt), "--out", str(out)]) == 2
