@@ -18,8 +18,10 @@ import dataclasses
 import functools
 import json
 import secrets
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from sanitizer.engine import (
     resolve,
 )
 from sanitizer.fieldpath import covered_by_any, covers, format_path, normalize_selector
-from sanitizer.pseudonym import Pseudonymizer
+from sanitizer.pseudonym import Pseudonymizer, drop_title
 from sanitizer.rules import DEFAULT_PACKS, Rule, RuleError, load_packs
 
 # Only for rule self-tests (their findings never leave the process). Reports get a random salt unless
@@ -134,6 +136,9 @@ class Sanitizer:
                 c.pseudo = self._pseudo_fn(c.rule.pii)
                 c.surrogates = self.pseudonymizer.made
                 c.surrogate_lengths = self.pseudonymizer.made_lengths
+        self._name_rules = [
+            (i, c) for i, c in enumerate(self._engine.set_rules) if c.rule.pii == "person_name"
+        ]
         self._path_cache: dict[tuple[str, ...] | None, dict[str, _PathInfo]] = {}
         self._fields_norm: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._exempt_cache: dict[str, bool] = {}
@@ -271,9 +276,49 @@ class Sanitizer:
         path: str | None = None,
         quote_literals: Iterable[str] = (),
         context: str = "",
+        names: Iterable[str] = (),
     ) -> tuple[str, list[Finding], bool]:
         """Sanitize one string. ``path`` (a field path) limits the rules to those whose ``fields``
-        cover it; ``None`` applies every rule. ``quote_literals`` are oracle strings for quote rules."""
+        cover it; ``None`` applies every rule. ``quote_literals`` are oracle strings for quote rules;
+        ``names`` are person names (:meth:`person_names`) treated like the names the rule finds."""
+        allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
+        out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context)
+        return out, findings, bool(drops)
+
+    def sanitize_texts(
+        self,
+        texts: Sequence[str],
+        dynamic_literals: Iterable[str] = (),
+        *,
+        path: str | None = None,
+        quote_literals: Iterable[str] = (),
+        context: str = "",
+        names: Iterable[str] = (),
+    ) -> list[tuple[str, list[Finding], bool]] | None:
+        """:meth:`sanitize_text` of each string (one path for all), or None when nothing changes and
+        nothing is found. The strings are scanned joined by newlines (the load-time contract: a
+        pattern matches alone as inside the join); only those a raw match touches are sanitized."""
+        allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
+        touched = self._touched(texts, allowed, literals)
+        if not touched:
+            return None
+        out: list[tuple[str, list[Finding], bool]] = [(t, [], False) for t in texts]
+        found = False
+        for i in touched:
+            new, fnd, drops = self._sanitize_string(texts[i], allowed, literals, path or "", context)
+            if fnd:
+                out[i] = (new, fnd, bool(drops))
+                found = True
+        return out if found else None
+
+    def _text_rules(
+        self,
+        path: str | None,
+        dynamic_literals: Iterable[str],
+        quote_literals: Iterable[str],
+        names: Iterable[str] = (),
+    ) -> tuple[frozenset[int] | None, list[LiteralRule]]:
+        """The set rules that apply at ``path`` (None: all) and the literal rules for a string."""
         if path is None:
             allowed, dyn_ok, quote_ix = None, True, tuple(range(len(self._quote_rules)))
         else:
@@ -288,8 +333,73 @@ class Sanitizer:
             lr = self._quote_literal_rule(qi, quote_literals)
             if lr is not None:
                 literals.append(lr)
-        out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context)
-        return out, findings, bool(drops)
+        names = tuple(names)
+        if names:
+            for i, cr in self._name_rules:
+                if allowed is None or i in allowed:
+                    lr = _name_rule(names, cr)
+                    if lr is not None:
+                        literals.append(lr)
+        return allowed, literals
+
+    def person_names(self, texts: Iterable[str]) -> tuple[str, ...]:
+        """The person names the ``person_name`` rule finds in labelled places of these texts (after a
+        name key or a salutation; a leading title dropped), sorted: passed as ``names`` they are
+        found again wherever they occur, in running prose too, and get the same surrogate."""
+        found: set[str] = set()
+        for _i, cr in self._name_rules:
+            for text in texts:
+                b = text.encode("utf-8", "surrogatepass")
+                if cr.match(b, 0, len(b)) is None:
+                    continue
+                for s, e in confirmed_spans(cr, b):
+                    name = drop_title(b[s:e].decode("utf-8", "surrogatepass"))
+                    if name:
+                        found.add(name)
+        return tuple(sorted(found))
+
+    def _touched(
+        self, texts: Sequence[str], allowed: frozenset[int] | None, literals: Sequence[LiteralRule]
+    ) -> list[int]:
+        """Indices of the strings a raw match of an applicable rule touches (confirmers not run), or
+        that hold invisible characters: a superset of those :meth:`_sanitize_string` would change.
+        After a string is marked the scan resumes at the next string's start."""
+        joined = "\n".join(texts)
+        b = joined.encode("utf-8", "surrogatepass")
+        need: set[int] = set()
+        if joined.isascii():
+            lengths = map(len, texts)
+        else:
+            lengths = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
+            if has_invisible(joined):
+                need.update(i for i, t in enumerate(texts) if has_invisible(t))
+        starts = [0, *accumulate(n + 1 for n in lengths)]
+        starts.pop()
+        engine = self._engine
+        scans: list[Any] = []
+        for h in engine.hits(b):
+            if allowed is not None and h not in allowed:
+                continue
+            cr = engine.set_rules[h]
+            scans.append(cr.match)
+            if cr.close_match is not None:
+                scans.append(cr.close_match)
+        scans.extend(lr.match for lr in literals)
+        n = len(b)
+        for match in scans:
+            pos = 0
+            while pos <= n:
+                spans = match(b, pos, n)
+                if spans is None:
+                    break
+                s0, e0 = spans[0]
+                first = bisect_right(starts, s0) - 1
+                last = bisect_right(starts, max(e0 - 1, s0)) - 1
+                need.update(range(first, last + 1))
+                if last + 1 >= len(starts):
+                    break
+                pos = starts[last + 1]
+        return sorted(need)
 
     def may_match(self, text: str, path: str | None = None) -> bool:
         """Whether a rule that applies at ``path`` may match in ``text`` (one set pass; literal
@@ -549,7 +659,7 @@ class Sanitizer:
             raise ValueError(f"expected a JSON object, got {type(record).__name__}")
         ids = hidden_ids(record, hidden_ids_field)
         raw = _plain_json(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line)
-        if raw is not None and any(z in raw for z in _INVISIBLE_UTF8):
+        if raw is not None and not raw.isascii() and any(z in raw for z in _INVISIBLE_UTF8):
             raw = None
         if (
             raw is not None
@@ -678,6 +788,17 @@ def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
     return (
         None if rx is None else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx)
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_rule(names: tuple[str, ...], cr: CompiledRule) -> LiteralRule | None:
+    """The person names of one example as a literal rule acting like the name rule itself."""
+    rx = literal_regex(names)
+    if rx is None:
+        return None
+    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx)
+    lr.action, lr.pseudo = cr.action, cr.pseudo
+    return lr
 
 
 @functools.lru_cache(maxsize=256)

@@ -113,7 +113,21 @@ def _normal_form(cls: str, text: str) -> str:
     if cls == "phone":
         lead = "+" if text.lstrip().startswith("+") else ""
         return lead + "".join(c for c in text if c.isdigit())
+    if cls == "person_name":
+        return drop_title(text)
     return " ".join(text.split())
+
+
+TITLES = frozenset({"Mr", "Mrs", "Ms", "Mx", "Dr", "Prof"})
+
+
+def drop_title(name: str) -> str:
+    """A person name with spaces normalized and a leading title dropped: Dr. Aiko Tanaka and Aiko
+    Tanaka are one person."""
+    words = name.split()
+    if len(words) > 1 and words[0].rstrip(".") in TITLES:
+        words = words[1:]
+    return " ".join(words)
 
 
 def _pick(stream: bytes, i: int, alphabet: str) -> str:
@@ -155,7 +169,7 @@ def _phone(stream: bytes, norm: str) -> str:
 
 
 def _person(stream: bytes, norm: str) -> str:
-    return f"Person {stream[:3].hex().upper()}"
+    return f"Person-{stream[:3].hex().upper()}"  # no rule takes it for a name again
 
 
 _MAKERS = {"email": _email, "iban": _iban, "card": _card, "phone": _phone, "person_name": _person}

@@ -116,6 +116,8 @@ class ExampleSanitizer:
         findings: list[Finding] = []
         drops: list[str] = []
         hidden = tuple(hidden)
+        # person names labelled anywhere in the example are pseudonymized in every turn, prose too
+        names = self.san.person_names([m["content"] for m in messages if m["role"] != "system"])
         for m in messages:
             role, text = m["role"], m["content"]
             if role == "system":  # a prompt file: the same for every example of the task
@@ -125,7 +127,7 @@ class ExampleSanitizer:
                     done = self._system[key] = self._text(text, f"{task}.system", (), context)
                 new, fnd, drp = done
             else:
-                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context)
+                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context, names)
             findings.extend(fnd)
             for d in drp:
                 if d not in drops:
@@ -134,11 +136,11 @@ class ExampleSanitizer:
         return out, findings, drops
 
     def _text(
-        self, text: str, path: str, hidden: tuple[str, ...], context: str
+        self, text: str, path: str, hidden: tuple[str, ...], context: str, names: tuple[str, ...] = ()
     ) -> tuple[str, list[Finding], list[str]]:
         value = None
         if text[:1] in "{[" and text[-1:] in "}]":
-            if not hidden and not has_invisible(text) and not self.san.may_match(text, path):
+            if not hidden and not names and not has_invisible(text) and not self.san.may_match(text, path):
                 return text, [], []  # nothing can match: the common case, one set pass
             try:
                 value = json.loads(text)
@@ -147,31 +149,16 @@ class ExampleSanitizer:
             if value is not None and laid_out(value) != text:
                 value = None
         if value is None:
-            new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context)
+            new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context, names=names)
             return new, fnd, [f.rule_id for f in fnd if f.action == "drop"] if dropped else []
-        findings: list[Finding] = []
-        drops: list[str] = []
-        new_value = self._walk(value, path, hidden, context, findings, drops)
-        return (laid_out(new_value) if findings else text), findings, drops
-
-    def _walk(self, v: Any, path: str, hidden, context, findings: list, drops: list) -> Any:
-        t = type(v)
-        if t is str:
-            new, fnd, dropped = self.san.sanitize_text(v, hidden, path=path, context=context)
-            findings.extend(fnd)
-            if dropped:
-                drops.extend(f.rule_id for f in fnd if f.action == "drop" and f.rule_id not in drops)
-            return new
-        if t is dict:
-            return {
-                self._walk(k, path, hidden, context, findings, drops): self._walk(
-                    x, path, hidden, context, findings, drops
-                )
-                for k, x in v.items()
-            }
-        if t is list:
-            return [self._walk(x, path, hidden, context, findings, drops) for x in v]
-        return v
+        strings: list[str] = []
+        _strings(value, strings)
+        done = self.san.sanitize_texts(strings, hidden, path=path, context=context, names=names)
+        if done is None:
+            return text, [], []
+        findings = [f for _new, fnd, _d in done for f in fnd]
+        drops = list(dict.fromkeys(f.rule_id for f in findings if f.action == "drop"))
+        return laid_out(_replaced(value, iter(done))), findings, drops
 
     def prompt(self, task: str, messages: list[dict], hidden: Sequence[str] = ()) -> list[dict]:
         """A teacher prompt before it leaves the machine (drops do not apply: nothing is trained)."""
@@ -200,3 +187,33 @@ class ExampleSanitizer:
         if t is list:
             return [self.pseudonymize_record(x) for x in value]
         return value
+
+
+def _strings(v: Any, out: list[str]) -> None:
+    """Every string of a JSON value, keys too, in document order."""
+    t = type(v)
+    if t is str:
+        out.append(v)
+    elif t is dict:
+        for k, x in v.items():
+            out.append(k)
+            _strings(x, out)
+    elif t is list:
+        for x in v:
+            _strings(x, out)
+
+
+def _replaced(v: Any, done: Any) -> Any:
+    """The value with its strings (in :func:`_strings` order) taken from ``done``."""
+    t = type(v)
+    if t is str:
+        return next(done)[0]
+    if t is dict:
+        out = {}
+        for _k, x in v.items():
+            key = next(done)[0]
+            out[key] = _replaced(x, done)
+        return out
+    if t is list:
+        return [_replaced(x, done) for x in v]
+    return v

@@ -74,6 +74,7 @@ from data_prep.teacher_client.settings import (
 from sanitizer.rules import PII_CLASSES, RuleError
 
 COLLECTOR = "ledgerwright-teacher/1"
+DIAGNOSTIC_PACKS = ("reasoning", "secrets", "leakage")
 ROLES = ("writer", "reader", "policy-writer")
 CALL_STATUSES = ("ok", "unparseable", "refused", "truncated", "provider_error")
 ROLE_STATUSES = (*CALL_STATUSES, "skipped")
@@ -611,12 +612,15 @@ def collect(
     )
     client = CachedEndpoint(endpoint, cache)
     scrub = None
-    if cfg.sanitize_prompts:
-        try:
-            key, _origin = resolve_key(cfg.pseudonym_key_file, [*run_files, *case_files])
+    try:
+        key, _origin = resolve_key(cfg.pseudonym_key_file, [*run_files, *case_files])
+        # rejects and the manifest are sanitized as the build's are (credentials redacted, personal
+        # data pseudonymized), whatever the prompts get
+        diag = ExampleSanitizer(list(DIAGNOSTIC_PACKS), key)
+        if cfg.sanitize_prompts:
             scrub = ExampleSanitizer(list(cfg.prompt_packs), key, cfg.prompt_pii_modes)
-        except (PseudonymKeyError, RuleError) as exc:
-            raise CollectError(str(exc)) from None
+    except (PseudonymKeyError, RuleError) as exc:
+        raise CollectError(str(exc)) from None
     collector = Collector(cfg, client, prompts, scrub)
     runs_in, cases_in = Intake("run"), Intake("case")
     tally = Tally()
@@ -682,7 +686,7 @@ def collect(
         endpoint.close()
         cache.close()
         attempts.close()
-    files.update(write_rejects(out, runs_in.rejects + cases_in.rejects))
+    files.update(write_rejects(out, [diag.diagnostic(r) for r in runs_in.rejects + cases_in.rejects]))
     files[CALLS_FILE] = {
         "sha256": file_sha256(out / CALLS_FILE),
         "bytes": (out / CALLS_FILE).stat().st_size,
@@ -704,7 +708,7 @@ def collect(
     files = dict(sorted(files.items()))
     manifest = build_manifest(
         stage="teacher",
-        config=cfg.manifest_view(prices_label, sha256_file(prices_path)),
+        config=_sanitized_view(diag, cfg.manifest_view(prices_label, sha256_file(prices_path))),
         inputs=inputs,
         outputs=files,
         counts=counts,
@@ -733,6 +737,14 @@ def collect(
         "attempts": dict(sorted(attempts.counts.items())),
     }
     return manifest, session
+
+
+def _sanitized_view(diag: ExampleSanitizer, view: dict) -> dict:
+    """The config view with every string that came from the user sanitized (digests kept as they are)."""
+    prices = view["prices"]
+    out = diag.diagnostic({k: v for k, v in view.items() if k != "prices"})
+    out["prices"] = {"path": diag.diagnostic(prices["path"]), "sha256": prices["sha256"]}
+    return out
 
 
 def _count_lines(path: Path) -> int:

@@ -90,3 +90,29 @@ def test_report_hashes_use_a_random_salt_by_default():
     fa = a.sanitize_text("key AKIAZ7Q2MV4XK3PLW9RD")[1][0]
     fb = b.sanitize_text("key AKIAZ7Q2MV4XK3PLW9RD")[1][0]
     assert fa.digest != fb.digest
+
+
+def test_labelled_person_names_get_one_surrogate_and_the_rest_stays():
+    san = _san()
+    text = (
+        '{"traveler": "Dana Whitfield", "name": "Northwind Office Supply"} '
+        "Dear Dr. Dana Whitfield, contact: Aiko van der Berg; employee: U-221"
+    )
+    out = san.sanitize_text(text)[0]
+    assert "Dana Whitfield" not in out and "Aiko van der Berg" not in out
+    assert "Northwind Office Supply" in out and "U-221" in out  # a bare name key is not a label
+    surrogate = san.pseudonymizer.surrogate("person_name", "Dana Whitfield")
+    assert out.count(surrogate) == 2  # the title does not make another person
+    assert san.sanitize_text(out)[0] == out
+
+
+def test_person_names_labelled_once_are_found_in_prose():
+    san = _san()
+    texts = ['arguments: {"exec_name":"Priya Raman"}', "Moved the 1:1 of Priya Raman to Friday."]
+    names = san.person_names(texts)
+    assert names == ("Priya Raman",)
+    outs = [san.sanitize_text(t, names=names)[0] for t in texts]
+    surrogate = san.pseudonymizer.surrogate("person_name", "Priya Raman")
+    assert all(surrogate in o and "Priya" not in o for o in outs)
+    keep = _san(modes={"person_name": "keep"})
+    assert keep.person_names(texts) == () and keep.sanitize_text(texts[0])[0] == texts[0]

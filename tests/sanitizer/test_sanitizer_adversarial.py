@@ -84,6 +84,9 @@ CASES = [
     ("credential_phrase_near", ["secrets.credential_phrase"], _fill("the password is ")),
     ("verdict_phrase_near", ["leakage.verdict_phrase"], _fill("Ledger check\u00a0: ")),
     ("invisible_chars", ["normalize.invisible_chars"], _fill("AKIA\u200b")),
+    ("name_words", ["secrets.person_name"], _fill("Ab ", "Dear ")),
+    ("name_salutations", ["secrets.person_name"], _fill("Dear Dr. ")),
+    ("name_flood", ["secrets.person_name"], _fill('"traveler": "Dana Whitfield", ')),
 ]
 
 

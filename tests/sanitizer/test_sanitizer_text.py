@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -167,3 +168,82 @@ def test_placeholders_are_stable():
     once = clean("password=Hunter2!x and AKIAZ7Q2MV4XK3PLW9RD and <think>x")
     out, findings, dropped = SAN.sanitize_text(once)
     assert out == once and findings == [] and not dropped
+
+
+@pytest.mark.parametrize(
+    "text, original",
+    [
+        ("card x4111111111111111 declined", "4111111111111111"),
+        ("acctDE89370400440532013000 closed", "DE89370400440532013000"),
+        ("ref:DE89 3704 0044 0532 0130 00", "DE89 3704 0044 0532 0130 00"),
+        ("tel+44 20 7946 0958 today", "+44 20 7946 0958"),
+        ("call x415-555-0132 now", "415-555-0132"),
+        ("write to abcjane.roe@acme-corp.io", "jane.roe@acme-corp.io"),
+        ("write to 7jane.roe@acme-corp.io", "jane.roe@acme-corp.io"),
+    ],
+)
+def test_personal_data_glued_to_what_precedes_it_is_found(text, original):
+    out = clean(text)
+    assert original not in out and "[SECRET:" in out
+
+
+def test_a_digit_glued_before_a_card_makes_another_number():
+    # documented limit: 14111... is a 17-digit number, not a card with a digit in front of it
+    assert clean("ref 14111111111111111") == "ref 14111111111111111"
+
+
+@pytest.mark.parametrize(
+    "text, skips_walk",
+    [
+        ("sha1 3f786850e387550fdab836ed7e6dc881de23001b", True),
+        ("sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", True),
+        ("HEX 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08", False),  # confirmer's
+    ],
+)
+def test_hex_digests_are_not_keys(text, skips_walk):
+    assert clean(text) == text
+    line = json.dumps({"model_ledger": [{"description": text}], "metadata": {}}).encode()
+    assert SAN.sanitize_json_line(line).prefiltered is skips_walk
+
+
+def test_a_random_key_after_a_digest_shaped_prefix_is_still_found():
+    key = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08Zx9Qm2Lp0aB3cD4eF5gH6iJ7"
+    assert clean(f"token {key} rotated") == "token [SECRET:high_entropy_key] rotated"
+
+
+def test_strings_scanned_together_are_sanitized_as_one_by_one():
+    from sanitizer.rules import load_packs
+
+    texts = ["", "ordinary text", "Paid INV-1 for 12.00 USD", "line one\nline two"]
+    for pack in load_packs(["reasoning", "secrets", "leakage"]):
+        for rule in pack.rules:
+            texts += [ex.text for ex in rule.positive + rule.negative]
+    texts += [a + b for a, b in zip(texts, texts[1:])]  # pairs glued: matches across the join point
+    for path in (None, WRITER, "teacher.verdict.rationale"):
+        for hidden in ((), ("V-118",)):
+            one_by_one = [SAN.sanitize_text(t, hidden, path=path) for t in texts]
+            together = SAN.sanitize_texts(texts, hidden, path=path)
+            if together is None:
+                assert all(not f for _t, f, _d in one_by_one)
+                continue
+            assert [(t, [x.rule_id for x in f], d) for t, f, d in together] == [
+                (t, [x.rule_id for x in f], d) for t, f, d in one_by_one
+            ]
+
+
+def test_split_rule_sets_report_what_one_set_per_rule_reports():
+    import re2
+
+    from sanitizer.engine import _OPTIONS
+
+    engine = SAN._engine
+    singles = []
+    for cr in engine.set_rules:
+        s = re2.Set.SearchSet(_OPTIONS)
+        s.Add(cr.set_pattern)
+        s.Compile()
+        singles.append(s)
+    texts = [ex.text for cr in engine.set_rules for ex in cr.rule.positive + cr.rule.negative]
+    for text in texts + ["\n".join(texts)]:
+        b = text.encode()
+        assert sorted(engine.hits(b)) == [i for i, s in enumerate(singles) if s.Match(b)]
