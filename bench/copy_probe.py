@@ -16,11 +16,11 @@ Curricula (``--curriculum``):
   variable    random tokens ``S F S`` with a random gap: only a content-matching (induction) head solves it
   text        corpus windows ``S F S``: real text repeated after a random gap
 
-``--prev-token-heads`` sets two heads of layer 0 to attend to the previous and the one-before-previous
-token at initialisation and keeps their queries and keys frozen (the first half of an induction
-circuit, which otherwise has to emerge from training).
+``--copy-circuit`` starts from the copy circuit of ``train/copy_circuit.py`` (previous-token heads in
+layer 0, an induction head in layer 1, their attention patterns frozen), as the tiny base now does.
 
     python bench/copy_probe.py --curriculum variable --steps 200 --seq 128 --batch 32 --vocab-range 500
+    python bench/copy_probe.py --curriculum variable --copy-circuit --steps 200 --seq 512 --batch 8
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def parse_args(argv=None):
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--vocab-range", type=int, default=0, help="random tokens from the first N ids (0: all)")
-    p.add_argument("--prev-token-heads", action="store_true")
+    p.add_argument("--copy-circuit", action="store_true")
     p.add_argument("--heldout-runs", type=int, default=12)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -97,50 +97,6 @@ class Curriculum:
 
         docs = [self.doc() for _ in range(size)]
         return torch.tensor([d[0] for d in docs]), torch.tensor([d[1] for d in docs])
-
-
-def init_prev_token_heads(model, offsets=(1, 2), const=0.05, gain=3.5, seed=0) -> None:
-    """Query heads 0 and 1 of layer 0 (one GQA group) attend ``offsets`` tokens back whatever the
-    tokens are: constant queries and keys (read from a constant embedding dimension) whose RoPE
-    phases differ by ``offset`` rotations on the high-frequency pairs. Their values (a random
-    projection of the token half of the residual) are written to slots of their own."""
-    import torch
-
-    cfg = model.config
-    d, hd = cfg.hidden_size, cfg.head_dim
-    n_tok, c = d // 2, d - 1
-    width = (d - 1 - n_tok) // len(offsets)
-    layer = model.model.layers[0]
-    att = layer.self_attn
-    theta = cfg.rope_parameters[cfg.layer_types[0]]["rope_theta"]
-    inv = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    pairs = hd // 4
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        emb = model.model.embed_tokens.weight
-        emb[:, n_tok:] = 0.0
-        emb[:, c] = const
-        att.k_proj.weight[:hd].zero_()
-        att.k_proj.weight[:pairs, c] = 1.0
-        for h, delta in enumerate(offsets):
-            rows = att.q_proj.weight[h * hd : (h + 1) * hd]
-            rows.zero_()
-            rows[:pairs, c] = torch.cos(-delta * inv[:pairs]).float()
-            rows[hd // 2 : hd // 2 + pairs, c] = torch.sin(-delta * inv[:pairs]).float()
-        gains = torch.zeros(hd)
-        gains[:pairs] = gains[hd // 2 : hd // 2 + pairs] = gain - 1
-        att.q_norm.weight.copy_(gains)
-        att.k_norm.weight.copy_(gains)
-        att.v_proj.weight[:hd].zero_()
-        att.v_proj.weight[:hd, :n_tok] = torch.randn(hd, n_tok, generator=g) / math.sqrt(n_tok)
-        o = att.o_proj.weight
-        for h in range(len(offsets)):
-            lo = n_tok + h * width
-            o[:, h * hd : (h + 1) * hd] = 0.0
-            o[lo : lo + width, h * hd : h * hd + width] = torch.eye(width)
-        o[n_tok:, len(offsets) * hd :] = 0.0
-    for module in (att.q_proj, att.k_proj, att.q_norm, att.k_norm):
-        module.requires_grad_(False)
 
 
 def heldout_copy(model, tok, rows: list[dict]) -> dict:
@@ -211,8 +167,11 @@ def main(argv=None) -> int:
 
     model = Gemma3ForCausalLM(model_config(cfg, tok))
     model.config._attn_implementation = "sdpa"
-    if args.prev_token_heads:
-        init_prev_token_heads(model, seed=args.seed)
+    if args.copy_circuit:
+        from train.copy_circuit import init_copy_circuit, positional_attention
+
+        init_copy_circuit(model, seed=args.seed)
+        print(json.dumps({"positional_attention": positional_attention(model)}), flush=True)
     rng = random.Random(args.seed)
     order = list(range(len(train_rows)))
     rng.shuffle(order)
@@ -226,7 +185,11 @@ def main(argv=None) -> int:
     train_docs = Curriculum(args.curriculum, stream, vocab, tok.bos_token_id, args.seq, args.seed)
     probe_docs = Curriculum(
         args.curriculum if args.curriculum != "corpus" else "text",
-        stream, vocab, tok.bos_token_id, args.seq, args.seed + 1,
+        stream,
+        vocab,
+        tok.bos_token_id,
+        args.seq,
+        args.seed + 1,
     ).batch(16)
 
     def syn_accuracy() -> float:
@@ -243,9 +206,11 @@ def main(argv=None) -> int:
     warm = max(1, args.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
-        lambda s: (s + 1) / warm
-        if s < warm
-        else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / max(1, args.steps - warm))),
+        lambda s: (
+            (s + 1) / warm
+            if s < warm
+            else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / max(1, args.steps - warm)))
+        ),
     )
     log, t0 = [], time.time()
     model.train()

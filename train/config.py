@@ -64,15 +64,28 @@ class TinyBaseConfig:
     head_dim: int = field(default=32, metadata=_help("head dimension; query_pre_attn_scalar is set to it"))
     sliding_window: int = field(default=128, metadata=_help("window of the local (sliding) layers"))
     max_position_embeddings: int = field(default=8192, metadata=_help("longest position the rope covers"))
-    pretrain_steps: int = field(default=600, metadata=_help("full-parameter pretraining steps on the corpus"))
+    pretrain_steps: int = field(default=400, metadata=_help("full-parameter pretraining steps on the corpus"))
     pretrain_batch_size: int = field(default=8, metadata=_help("sequences per pretraining step"))
-    pretrain_seq_len: int = field(default=256, metadata=_help("tokens per pretraining sequence"))
-    pretrain_lr: float = field(default=2e-3, metadata=_help("peak AdamW learning rate of pretraining"))
+    pretrain_seq_len: int = field(default=512, metadata=_help("tokens per pretraining sequence"))
+    pretrain_lr: float = field(default=3e-3, metadata=_help("peak AdamW learning rate of pretraining"))
     pretrain_format: str = field(
         default="text",
         metadata=_help(
             "what pretraining reads: 'text' (message texts as plain documents, no chat markup, so the "
             "adapter still has the chat format to learn) or 'conversation' (rendered chat, all tokens)"
+        ),
+    )
+    copy_circuit: bool = field(
+        default=True,
+        metadata=_help(
+            "start from a copying circuit (previous-token heads in layer 0, an induction head in layer 1; "
+            "train/copy_circuit.py): a content-matching copy does not emerge from minutes of CPU pretraining"
+        ),
+    )
+    copy_fraction: float = field(
+        default=0.25,
+        metadata=_help(
+            "share of every pretraining batch that is synthetic copy sequences (S, a gap, S again)"
         ),
     )
     seed: int = field(default=0, metadata=_help("seed of the tokenizer corpus order, init and pretraining"))
@@ -136,6 +149,13 @@ class TrainConfig:
             "attention: blockwise_fp32 (every layer to the fp32 kernel, sliding layers with their "
             "window; the CPU default), blockwise_fp32_global (global layers to the kernel, sliding "
             "layers to sdpa / flash-attention; the GPU presets), sdpa, eager, flash_attention_2"
+        ),
+    )
+    attention_precision: str = field(
+        default="auto",
+        metadata=_help(
+            "operands of the blockwise kernel: auto (bf16 products with fp32 scores, softmax "
+            "statistics and accumulators for bf16 inputs on a GPU; exact fp32 otherwise), ieee, tf32, bf16"
         ),
     )
     load_in_4bit: bool = field(

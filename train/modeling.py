@@ -157,7 +157,7 @@ def load_base_model(model_path: str, cfg: TrainConfig, *, fsdp: bool = False):
     if attn.startswith("blockwise_fp32"):
         from train.attention import set_precision
 
-        set_precision(model, getattr(cfg, "attention_precision", None))
+        set_precision(model, cfg.attention_precision)
     return model, attn
 
 

@@ -8,8 +8,9 @@ any change builds a new base. Built in a temporary folder and renamed into place
 
 Steps: a byte-level BPE (``tokenizers``) trained on the message texts of every task's train split;
 a ``Gemma3TextConfig`` with explicit alternating sliding/full ``layer_types``, GQA and
-``query_pre_attn_scalar = head_dim``; full-parameter causal-LM pretraining for a fixed number of steps
-with a fixed seed.
+``query_pre_attn_scalar = head_dim``; the copy circuit of ``train/copy_circuit.py`` set at
+initialisation (``copy_circuit``); full-parameter causal-LM pretraining for a fixed number of steps
+with a fixed seed, on the corpus text mixed with synthetic copy sequences (``copy_fraction``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from train.config import REPO_ROOT, TinyBaseConfig
 
 logger = logging.getLogger("ledgerwright.train")
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 TOKENIZER_MAX_CHARS = 20_000_000  # BPE training text, a seeded sample of the messages beyond this
 TEMPLATE = REPO_ROOT / "configs" / "chat_templates" / "gemma3-train.jinja"
 SFT_TASKS = ("writer_action", "writer_memory", "reader_verdict", "reader_policy")
@@ -200,9 +201,31 @@ def _blocks(docs: list[list[int]], seq_len: int):
     return torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
-def pretrain(model, train_blocks, eval_blocks, cfg: TinyBaseConfig) -> dict:
-    """Full-parameter causal-LM training for ``cfg.pretrain_steps`` steps; returns the loss log."""
+def copy_accuracy(model, gen, cfg: TinyBaseConfig, bos: int, count: int = 16) -> float:
+    """Next-token accuracy on the repeated half of fresh synthetic copy sequences (what only copying
+    from the context gets right; about 0 for a base that cannot copy)."""
     import torch
+
+    from train.copy_circuit import repeat_sequences
+
+    ids, labels = repeat_sequences(
+        gen, count, cfg.pretrain_seq_len, (len(SPECIAL_TOKENS), model.config.vocab_size), bos
+    )
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        pred = model(input_ids=ids, use_cache=False).logits.argmax(-1)
+    model.train(was_training)
+    mask = labels[:, 1:] != -100
+    return round((pred[:, :-1] == labels[:, 1:])[mask].float().mean().item(), 4)
+
+
+def pretrain(model, train_blocks, eval_blocks, cfg: TinyBaseConfig) -> dict:
+    """Full-parameter causal-LM training for ``cfg.pretrain_steps`` steps, a ``copy_fraction`` of
+    every batch synthetic copy sequences; returns the loss log."""
+    import torch
+
+    from train.copy_circuit import repeat_sequences
 
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.pretrain_lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -223,7 +246,14 @@ def pretrain(model, train_blocks, eval_blocks, cfg: TinyBaseConfig) -> dict:
         model.train()
         return sum(losses) / len(losses)
 
-    log = {"eval_loss_before": eval_loss(), "train_loss": []}
+    bos = model.config.bos_token_id
+    probe_gen = torch.Generator().manual_seed(cfg.seed + 2)
+    log = {
+        "eval_loss_before": eval_loss(),
+        "copy_accuracy_before": copy_accuracy(model, probe_gen, cfg, bos),
+        "train_loss": [],
+    }
+    n_copy = round(cfg.pretrain_batch_size * cfg.copy_fraction)
     logger.info(
         "tiny base: pretraining %d steps; eval loss before %.3f", cfg.pretrain_steps, log["eval_loss_before"]
     )
@@ -238,10 +268,15 @@ def pretrain(model, train_blocks, eval_blocks, cfg: TinyBaseConfig) -> dict:
         if pos + cfg.pretrain_batch_size > len(perm):
             perm = torch.randperm(len(train_blocks), generator=gen)
             pos = 0
-        idx = perm[pos : pos + cfg.pretrain_batch_size]
-        pos += cfg.pretrain_batch_size
-        batch = train_blocks[idx]
-        loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+        idx = perm[pos : pos + cfg.pretrain_batch_size - n_copy]
+        pos += cfg.pretrain_batch_size - n_copy
+        batch = labels = train_blocks[idx]
+        if n_copy:
+            ids, copy_labels = repeat_sequences(
+                gen, n_copy, cfg.pretrain_seq_len, (len(SPECIAL_TOKENS), model.config.vocab_size), bos
+            )
+            batch, labels = torch.cat([batch, ids]), torch.cat([labels, copy_labels])
+        loss = model(input_ids=batch, labels=labels, use_cache=False).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -252,10 +287,13 @@ def pretrain(model, train_blocks, eval_blocks, cfg: TinyBaseConfig) -> dict:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     log["seconds"] = round(time.time() - t0, 1)
     log["eval_loss_after"] = eval_loss()
+    log["copy_accuracy_after"] = copy_accuracy(model, probe_gen, cfg, bos)
     logger.info(
-        "tiny base: eval loss %.3f -> %.3f after %d steps (%.0f s)",
+        "tiny base: eval loss %.3f -> %.3f, copy accuracy %.3f -> %.3f after %d steps (%.0f s)",
         log["eval_loss_before"],
         log["eval_loss_after"],
+        log["copy_accuracy_before"],
+        log["copy_accuracy_after"],
         cfg.pretrain_steps,
         log["seconds"],
     )
@@ -286,6 +324,11 @@ def build_tiny_base(
     mcfg = model_config(cfg, tokenizer)
     model = Gemma3ForCausalLM(mcfg)
     model.config._attn_implementation = "sdpa"
+    hooks = []
+    if cfg.copy_circuit:
+        from train.copy_circuit import init_copy_circuit
+
+        hooks = init_copy_circuit(model, seed=cfg.seed)
     # one pass worth of tokens: every pretraining step sees new text while the corpus lasts
     budget = cfg.pretrain_steps * cfg.pretrain_batch_size * cfg.pretrain_seq_len
     train_blocks = _blocks(
@@ -299,6 +342,8 @@ def build_tiny_base(
         cfg.pretrain_seq_len,
     )[:EVAL_BLOCKS]
     log = pretrain(model, train_blocks, eval_blocks, cfg)
+    for hook in hooks:
+        hook.remove()
     eot = tokenizer.convert_tokens_to_ids(EOT)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
@@ -319,6 +364,8 @@ def build_tiny_base(
         "chat_template_sha256": "sha256:" + _sha(TEMPLATE.read_bytes()),
         "eval_loss_before": round(log["eval_loss_before"], 4),
         "eval_loss_after": round(log["eval_loss_after"], 4),
+        "copy_accuracy_before": log["copy_accuracy_before"],
+        "copy_accuracy_after": log["copy_accuracy_after"],
         "pretrain_seconds": log["seconds"],
         "build_seconds": round(time.time() - t0, 1),
         "train_loss": log["train_loss"],
