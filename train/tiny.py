@@ -30,7 +30,7 @@ from train.config import REPO_ROOT, TinyBaseConfig
 
 logger = logging.getLogger("ledgerwright.train")
 
-RECIPE_VERSION = 4
+RECIPE_VERSION = 5
 TOKENIZER_MAX_CHARS = 20_000_000  # BPE training text, a seeded sample of the messages beyond this
 TEMPLATE = REPO_ROOT / "configs" / "chat_templates" / "gemma3-train.jinja"
 SFT_TASKS = ("writer_action", "writer_memory", "reader_verdict", "reader_policy")
@@ -46,6 +46,11 @@ ID_CHARS = (
     r"|[a-f](?=[a-f]*[0-9])"
     r"|(?<=[0-9])[a-f]|(?<=[0-9][a-f])[a-f]|(?<=[0-9][a-f]{2})[a-f]|(?<=[0-9][a-f]{3})[a-f]"
 )
+# A space before an identifier (a word joined by ``_`` or ``-``: a tool name, ``AR-33923``, ``call_...``)
+# is a token of its own, so the identifier is the same tokens after a space (the call shown to the writer,
+# a description) as after a quote (the entry's JSON): a copy is then token for token. Plain words keep
+# their leading space.
+SPACE_BEFORE_ID = r" (?=[A-Za-z][A-Za-z0-9]*[_-][A-Za-z0-9])"
 
 
 def _sha(text: str | bytes) -> str:
@@ -108,13 +113,15 @@ def ensure_tiny_base(sft_dir: Path, cache_dir: Path, cfg: TinyBaseConfig) -> Pat
 
 def train_tokenizer(texts: list[str], vocab_size: int):
     """A byte-level BPE with the Gemma-style special tokens, digits and id characters split one per
-    token (``ID_CHARS``), and the training chat template."""
+    token (``ID_CHARS``), identifiers without their leading space (``SPACE_BEFORE_ID``), and the
+    training chat template."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
+            pre_tokenizers.Split(Regex(SPACE_BEFORE_ID), behavior="isolated"),
             pre_tokenizers.Split(Regex(ID_CHARS), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False),
         ]

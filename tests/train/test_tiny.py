@@ -117,6 +117,16 @@ def test_ids_tokenize_one_character_per_token_wherever_they_appear(sft_dir):
     assert len(id_tokens) == 12
     for ids in (shown, logged):
         assert any(ids[i : i + 12] == id_tokens for i in range(len(ids) - 11))
+    # identifiers are the same tokens after a space (the call line, a description) as after a quote
+    for ident in ("get_vendor", "INV-8408", "notify_traveler"):
+        plain = tok(f'"{ident}"', add_special_tokens=False)["input_ids"][1:-1]
+        assert plain and any(
+            shown_ids[i : i + len(plain)] == plain
+            for shown_ids in [
+                tok(f"Call 3: {ident} (id {cid}) for {ident}", add_special_tokens=False)["input_ids"]
+            ]
+            for i in range(len(shown_ids))
+        )
     for amount in ("1950.25", "INV-8408"):
         digits = [
             p for p in tok.tokenize(amount) if any(c.isdigit() for c in tok.convert_tokens_to_string([p]))
