@@ -213,6 +213,13 @@ def model_card(*, cfg, manifest: dict, command: str) -> str:
         f"| validation loss, final | {fmt(res.get('eval_loss_final'))} |",
         f"| train loss, final | {fmt(res.get('train_loss_final'))} |",
     ]
+    pre = base.get("pretrain") or {}
+    if "copy_accuracy_after" in pre:  # the embedded tiny base: can it copy from its context?
+        lines.append(
+            f"| tiny base: copy accuracy on fresh copy sequences | {pre['copy_accuracy_before']} -> "
+            f"{pre['copy_accuracy_after']} (eval loss {fmt(pre.get('eval_loss_before'))} -> "
+            f"{fmt(pre.get('eval_loss_after'))}) |"
+        )
     if pc.get("answers"):
         lines.append(
             f"| held-out answers that parse as JSON | {pc['parsed']}/{pc['answers']} ({pc['parse_rate']:.0%}); "
