@@ -111,6 +111,13 @@ class TrainConfig:
     seed: int = field(
         default=0, metadata=_help("seed of example sampling, adapter init, data order, dropout")
     )
+    rename_tools: float = field(
+        default=0.0,
+        metadata=_help(
+            "share of the writer's training examples whose tools get fresh names in every turn (train/augment.py), "
+            "so a tool name is copied from the call, never recalled; 0 trains on the names as built"
+        ),
+    )
     allow_upsample: bool = field(
         default=False, metadata=_help("repeat examples when --examples exceeds the train split")
     )

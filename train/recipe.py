@@ -247,6 +247,7 @@ def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
     from transformers.trainer_utils import get_last_checkpoint
 
     from train import data as D
+    from train.augment import rename_tools
     from train.manifest import code_revision, file_digests, hardware, versions, write_json
     from train.modeling import compute_dtype, load_tokenizer
     from train.report import model_card, parse_check, plot_losses
@@ -263,6 +264,7 @@ def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
     timings = {"startup_and_data": time.time() - t_start}
     data = D.load_tasks(sft_dir, cfg.sft_tasks)
     train_rows = D.sample_train(data, cfg.examples, cfg.seed, cfg.allow_upsample)
+    train_rows = rename_tools(train_rows, cfg.seed, cfg.rename_tools)
     eval_rows = D.sample_eval(data, cfg.eval_examples)
     if not eval_rows:
         logger.warning("%s: no validation examples; no validation loss will be reported", sft_dir)
