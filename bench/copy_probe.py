@@ -148,6 +148,7 @@ def main(argv=None) -> int:
     import torch
 
     from train.config import TinyBaseConfig
+    from train.copy_circuit import copy_accuracy
     from train.data import load_tasks
     from train.tiny import corpus_rows, model_config, train_tokenizer
 
@@ -193,13 +194,7 @@ def main(argv=None) -> int:
     ).batch(16)
 
     def syn_accuracy() -> float:
-        model.eval()
-        x, y = probe_docs
-        with torch.no_grad():
-            pred = model(input_ids=x, use_cache=False).logits.argmax(-1)
-        mask = y[:, 1:] != -100
-        model.train()
-        return round((pred[:, :-1] == y[:, 1:])[mask].float().mean().item(), 3)
+        return copy_accuracy(model, *probe_docs)
 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)

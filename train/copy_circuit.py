@@ -160,3 +160,17 @@ def repeat_sequences(gen, count: int, seq_len: int, vocab: tuple[int, int], bos:
         ids[i, start : start + n] = ids[i, 1 : 1 + n]
         labels[i, start + 1 : start + n] = ids[i, 2 : 1 + n]
     return ids, labels
+
+
+def copy_accuracy(model, ids, labels) -> float:
+    """Greedy next-token accuracy on the labelled (repeated) tokens of copy sequences: what only
+    copying from the context gets right; about 0 for a model that cannot copy."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        pred = model(input_ids=ids, use_cache=False).logits.argmax(-1)
+    model.train(was_training)
+    mask = labels[:, 1:] != -100
+    return round((pred[:, :-1] == labels[:, 1:])[mask].float().mean().item(), 4)

@@ -209,22 +209,13 @@ def _blocks(docs: list[list[int]], seq_len: int):
 
 
 def copy_accuracy(model, gen, cfg: TinyBaseConfig, bos: int, count: int = 16) -> float:
-    """Next-token accuracy on the repeated half of fresh synthetic copy sequences (what only copying
-    from the context gets right; about 0 for a base that cannot copy)."""
-    import torch
+    """The base's accuracy on the repeats of ``count`` fresh synthetic copy sequences."""
+    from train import copy_circuit
 
-    from train.copy_circuit import repeat_sequences
-
-    ids, labels = repeat_sequences(
+    ids, labels = copy_circuit.repeat_sequences(
         gen, count, cfg.pretrain_seq_len, (len(SPECIAL_TOKENS), model.config.vocab_size), bos
     )
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        pred = model(input_ids=ids, use_cache=False).logits.argmax(-1)
-    model.train(was_training)
-    mask = labels[:, 1:] != -100
-    return round((pred[:, :-1] == labels[:, 1:])[mask].float().mean().item(), 4)
+    return copy_circuit.copy_accuracy(model, ids, labels)
 
 
 def pretrain(model, train_blocks, eval_blocks, cfg: TinyBaseConfig) -> dict:

@@ -4,7 +4,7 @@ model that starts from it copies random tokens at any distance after a few steps
 import pytest
 import torch
 
-from train.copy_circuit import init_copy_circuit, positional_attention, repeat_sequences
+from train.copy_circuit import copy_accuracy, init_copy_circuit, positional_attention, repeat_sequences
 
 VOCAB = 300
 
@@ -63,11 +63,9 @@ def copy_accuracy_after(model, steps: int, hooks=()) -> float:
         model(input_ids=ids, labels=labels, use_cache=False).loss.backward()
         opt.step()
         opt.zero_grad()
-    ids, labels = repeat_sequences(torch.Generator().manual_seed(99), 16, 96, (6, VOCAB), bos=2)
-    with torch.no_grad():
-        pred = model(input_ids=ids, use_cache=False).logits.argmax(-1)
-    mask = labels[:, 1:] != -100
-    return (pred[:, :-1] == labels[:, 1:])[mask].float().mean().item()
+    return copy_accuracy(
+        model, *repeat_sequences(torch.Generator().manual_seed(99), 16, 96, (6, VOCAB), bos=2)
+    )
 
 
 def test_the_circuit_copies_at_any_distance_where_a_plain_init_cannot():
