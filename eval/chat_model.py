@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.generation import (
-    STOP_TOKENS,
     BackendError,
     DecodingConfig,
     TransformersBackend,
     load_base_for_inference,
 )
+from train.checkpoint import stop_token_ids
 
 
 class PromptTooLong(ValueError):
@@ -30,20 +30,6 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # stop | length
-
-
-def stop_token_ids(tokenizer, model) -> list[int]:
-    """End-of-turn ids: the model's eos ids, the chat templates' end tokens, the tokenizer's eos."""
-    gc = getattr(model, "generation_config", None)
-    ids = gc.eos_token_id if gc is not None else None
-    ids = [ids] if isinstance(ids, int) else list(ids or [])
-    for t in (*STOP_TOKENS, tokenizer.eos_token):
-        if not t:
-            continue
-        tid = tokenizer.convert_tokens_to_ids(t)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
-            ids.append(tid)
-    return ids
 
 
 class LocalChatModel:

@@ -33,19 +33,26 @@ from typing import Any
 import yaml
 
 from train.answer_guard import AnswerGuard, stopping_criteria
+from train.checkpoint import (
+    STOP_TOKENS,
+    CheckpointError,
+    base_model_path,
+    checkpoint_digest,
+    load_base_as_trained,
+    read_checkpoint,
+)
 
 logger = logging.getLogger("ledgerwright.eval")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DECODING = REPO_ROOT / "configs" / "eval" / "decoding.yaml"
 TASKS = ("writer_action", "reader_verdict", "writer_memory", "reader_policy")
-STOP_TOKENS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "</s>")
 BACKENDS = ("transformers", "vllm", "openai")  # openai: a running server (eval/openai_backend.py)
-HASH_BASE_LIMIT = 1 << 30  # hash the base model's files when they are smaller than this
 
 
-class BackendError(RuntimeError):
-    """A backend that cannot be created or used (missing package, missing checkpoint file)."""
+# One error for a backend, or the checkpoint under it, that cannot be created or used (a missing package
+# or checkpoint file); checkpoints are read by train/checkpoint.py, which export shares.
+BackendError = CheckpointError
 
 
 class DecodingConfigError(ValueError):
@@ -191,92 +198,7 @@ class Backend:
         pass
 
 
-# ---- checkpoints -----------------------------------------------------------------------------------
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
-def read_checkpoint(ckpt: str | Path) -> dict:
-    """The train manifest of a checkpoint directory, with a clear error when it is not one."""
-    ckpt = Path(ckpt)
-    man = ckpt / "manifest.json"
-    if not ckpt.is_dir():
-        raise BackendError(
-            f"{ckpt}: no such checkpoint directory (train one with train/writer.py or train/reader.py)"
-        )
-    for name in ("adapter_config.json", "manifest.json"):
-        if not (ckpt / name).is_file():
-            raise BackendError(f"{ckpt}: not a checkpoint directory ({name} is missing)")
-    try:
-        manifest = json.loads(man.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise BackendError(f"{man}: unreadable manifest: {exc}") from None
-    if "base_model" not in manifest or "config" not in manifest:
-        raise BackendError(f"{man}: base_model or config missing (not a train manifest)")
-    return manifest
-
-
-def base_model_path(ckpt: str | Path, manifest: dict, override: str | None = None) -> str:
-    """Where the base model is: ``override``, the recorded path, or the checkpoint's local copy."""
-    ckpt = Path(ckpt)
-    if override:
-        return override
-    base = manifest["base_model"]
-    path = base.get("path")
-    if path and Path(path).exists():
-        return str(path)
-    local = base.get("local_copy")
-    if local and (ckpt / local).exists():
-        return str(ckpt / local)
-    if path and (ckpt / path).exists():
-        return str(ckpt / path)
-    if path and not Path(path).is_absolute() and "/" in path and not path.startswith("."):
-        return path  # a hub id
-    raise BackendError(f"{ckpt}: base model {path!r} not found and no local copy in the checkpoint")
-
-
-def checkpoint_digest(ckpt: str | Path) -> dict:
-    """Digests that identify a checkpoint: adapter, tokenizer and chat template files, and the base
-    model's files when they are small (the embedded tiny base), else its recorded name and revision."""
-    ckpt = Path(ckpt)
-    manifest = read_checkpoint(ckpt)
-    files = {}
-    for name in (
-        "adapter_model.safetensors",
-        "adapter_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "chat_template.jinja",
-    ):
-        if (ckpt / name).is_file():
-            files[name] = _sha256_file(ckpt / name)
-    base: dict[str, Any] = {
-        "name": manifest["base_model"].get("name"),
-        "revision": manifest["base_model"].get("revision"),
-    }
-    try:
-        bpath = Path(base_model_path(ckpt, manifest))
-    except BackendError:
-        bpath = None
-    if bpath is not None and bpath.is_dir():
-        weights = sorted(p for p in bpath.iterdir() if p.is_file() and p.suffix in (".safetensors", ".json"))
-        if sum(p.stat().st_size for p in weights) < HASH_BASE_LIMIT:
-            base["files"] = {p.name: _sha256_file(p) for p in weights}
-    combined = hashlib.sha256(json.dumps({"files": files, "base": base}, sort_keys=True).encode()).hexdigest()
-    return {
-        "path": str(ckpt),
-        "digest": "sha256:" + combined,
-        "files": files,
-        "base": base,
-        "role": manifest.get("role"),
-        "task": manifest.get("task"),
-    }
-
-
+# ---- loading -----------------------------------------------------------------------------------------
 def _set_threads(n: int | None) -> None:
     import torch
 
@@ -286,59 +208,16 @@ def _set_threads(n: int | None) -> None:
         torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
 
-def _dequantize_4bit(model, dtype) -> int:
-    """Replace every bitsandbytes 4-bit linear layer by an ``nn.Linear`` with the dequantized weights."""
-    import torch
-
-    try:
-        import bitsandbytes as bnb
-    except ImportError:
-        return 0
-    n = 0
-    for _, module in list(model.named_modules()):
-        for cname, child in list(module.named_children()):
-            if isinstance(child, bnb.nn.Linear4bit):
-                w = bnb.functional.dequantize_4bit(child.weight.data, child.weight.quant_state).to(dtype)
-                lin = torch.nn.Linear(
-                    child.in_features, child.out_features, bias=child.bias is not None, dtype=dtype
-                )
-                with torch.no_grad():
-                    lin.weight.copy_(w)
-                    if child.bias is not None:
-                        lin.bias.copy_(child.bias.data.to(dtype))
-                setattr(module, cname, lin)
-                n += 1
-    return n
-
-
 def load_base_for_inference(base_path: str, train_cfg: dict, decoding: DecodingConfig, *, gpu: bool):
-    """The base model as it was trained (4-bit when it was), in eval mode, for generation.
-    On a CPU its 4-bit layers are dequantized (the same function, faster) unless told otherwise."""
-    from transformers import AutoModelForCausalLM
-
-    from train.config import TrainConfig
-    from train.modeling import compute_dtype, disable_cpu_weight_repacking, quantization_config
-
-    cfg = TrainConfig(**{k: v for k, v in train_cfg.items() if k != "tiny"})
-    dtype = compute_dtype(cfg)
-    kwargs: dict[str, Any] = dict(
-        dtype=dtype,
+    """The base model as it was trained (``train.checkpoint.load_base_as_trained``) with the decoding
+    config's attention and CPU dequantization settings."""
+    return load_base_as_trained(
+        base_path,
+        train_cfg,
         attn_implementation=decoding.attn_implementation,
-        trust_remote_code=False,
-        use_safetensors=True,
-        revision=cfg.revision,
-        device_map={"": 0} if gpu else "cpu",
+        dequantize=decoding.dequantize_on_cpu,
+        gpu=gpu,
     )
-    if cfg.load_in_4bit:
-        kwargs["quantization_config"] = quantization_config(cfg)
-    model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
-    if cfg.load_in_4bit and not gpu:
-        disable_cpu_weight_repacking(model)  # before any forward: repacked weights cannot be dequantized
-        if decoding.dequantize_on_cpu:
-            _dequantize_4bit(model, dtype)
-    model.config.use_cache = True
-    model.eval()
-    return model, dtype
 
 
 class TransformersBackend(Backend):

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from train.answer_guard import AnswerGuard, stopping_criteria
+from train.checkpoint import stop_token_ids
 
 logger = logging.getLogger("ledgerwright.train")
 
@@ -38,16 +39,6 @@ def plot_losses(log_history: list[dict], path: Path, title: str) -> Path:
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
     return path
-
-
-def _stop_token_ids(model, tokenizer) -> list[int]:
-    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
-    ids = [ids] if isinstance(ids, int) else list(ids or [])
-    for tok in ("<end_of_turn>", "</s>", tokenizer.eos_token):
-        tid = tokenizer.convert_tokens_to_ids(tok) if tok else None
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
-            ids.append(tid)
-    return ids
 
 
 def parse_check(
@@ -83,7 +74,7 @@ def parse_check(
             refs.append(msgs[i]["content"])
     if not prompts:
         return {"examples": 0, "answers": 0, "parsed": 0, "parse_rate": None, "exact": 0}
-    stop = _stop_token_ids(model, tokenizer)
+    stop = stop_token_ids(tokenizer, model)
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     parsed = exact = 0

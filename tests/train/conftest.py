@@ -293,3 +293,42 @@ def tiny_base(sft_dir, cache_dir) -> Path:
     from train.tiny import ensure_tiny_base
 
     return ensure_tiny_base(sft_dir, cache_dir, TinyBaseConfig(**TEST_TINY))
+
+
+def make_lora_checkpoint(
+    base: Path, out: Path, *, load_in_4bit: bool = False, base_name: str | None = None
+) -> Path:
+    """A LoRA checkpoint with random (non-zero) A and B on ``base``, as train/ lays one out.
+    ``base_name``: the base recorded in the manifest (e.g. a hub id) instead of ``base`` itself."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(base)),
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM", init_lora_weights=False
+        ),
+    )
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(0.05)  # a small change: answers move, the model still speaks
+    model.save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
+    recorded = {"name": base_name, "path": base_name} if base_name else {"name": base.name, "path": str(base)}
+    manifest = {
+        "role": "writer",
+        "task": "both",
+        "base_model": recorded,
+        "config": {"load_in_4bit": load_in_4bit, "attn_implementation": "sdpa"},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.fixture(scope="session")
+def lora_checkpoint():
+    """``make_lora_checkpoint``, for tests (this module cannot be imported by name)."""
+    return make_lora_checkpoint

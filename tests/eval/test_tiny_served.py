@@ -1,7 +1,7 @@
 """On the tiny model a test builds: the ``openai`` backend through ``eval/serve.py`` (a subprocess on
 loopback, the adapter served beside its base as vLLM serves LoRA modules) gives the transformers
-backend's answers token for token under greedy decoding; ``eval/export.py`` writes a standalone model
-whose logits equal the adapter-on-base model's and that loads with plain ``from_pretrained``."""
+backend's answers token for token under greedy decoding. (The export of such a checkpoint is tested in
+tests/train/test_export.py.)"""
 
 from __future__ import annotations
 
@@ -43,36 +43,6 @@ def tiny_base(tmp_path_factory) -> Path:
     return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", cfg)
 
 
-def _checkpoint(base: Path, out: Path, *, load_in_4bit: bool = False) -> Path:
-    """A LoRA checkpoint with random (non-zero) A and B on ``base``, as train/ lays one out."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(str(base)),
-        LoraConfig(
-            r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM", init_lora_weights=False
-        ),
-    )
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.mul_(0.05)  # a small change: answers move, the model still speaks
-    model.save_pretrained(str(out))
-    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
-    config = {"load_in_4bit": load_in_4bit, "attn_implementation": "sdpa"}
-    manifest = {
-        "role": "writer",
-        "task": "both",
-        "base_model": {"name": base.name, "path": str(base)},
-        "config": config,
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    return out
-
-
 def _start_server(base: Path, ckpt: Path, log: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
@@ -98,7 +68,7 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
     from eval.openai_backend import EndpointSettings, OpenAIBackend
     from eval.policy_eval import PolicyConfig, run_policy
 
-    ckpt = _checkpoint(tiny_base, tmp_path / "ckpt")
+    ckpt = _train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
     decoding = DecodingConfig(
         guard=False, threads=1, max_new_tokens={"writer_memory": 24, "reader_policy": 6}, batch_size=4
     )
@@ -140,50 +110,3 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
     assert a == b  # greedy: the same text for every writer answer, base answer and executor decision
     assert any(raw for _, w, _, _ in a for raw in w)  # the model did answer something
     assert (local / "summary.json").read_bytes() == (remote / "summary.json").read_bytes()
-
-
-@pytest.mark.parametrize("load_in_4bit", [False, True], ids=["bf16-base", "nf4-base"])
-def test_export_reproduces_the_adapter_model(tiny_base, tmp_path, load_in_4bit):
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from eval.export import main
-    from eval.generation import DecodingConfig, load_base_for_inference
-
-    if load_in_4bit:
-        pytest.importorskip("bitsandbytes")
-    ckpt = _checkpoint(tiny_base, tmp_path / "ckpt", load_in_4bit=load_in_4bit)
-    out = tmp_path / "exported"
-    assert main(["--adapter", str(ckpt), "--out", str(out)]) == 0
-    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"):
-        assert (out / name).is_file(), name
-    man = json.loads((out / "manifest.json").read_text())
-    assert man["complete"] and man["export"]["base_model"]["nf4_round_trip"] is load_in_4bit
-    assert set(man["outputs"]) >= {"model.safetensors", "config.json", "README.md"}
-    assert "quantization_config" not in json.loads((out / "config.json").read_text())
-    for p in out.iterdir():  # relative paths only: no machine path in any file
-        if p.suffix in (".json", ".md", ".jinja"):
-            assert str(tmp_path) not in p.read_text(), p.name
-
-    # the adapter on the base as it was trained (real 4-bit layers when it was) against the export
-    decoding = DecodingConfig(dequantize_on_cpu=False)
-    base, _ = load_base_for_inference(str(tiny_base), {"load_in_4bit": load_in_4bit}, decoding, gpu=False)
-    plain = AutoModelForCausalLM.from_pretrained(str(out)).eval()
-    tok = AutoTokenizer.from_pretrained(str(out))
-    assert tok.chat_template
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": 'Call 1 (id c1): lookup_vendor {"vendor": "V-7"}'}],
-        tokenize=False,
-        add_generation_prompt=True,
-    )
-    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
-    with torch.no_grad():
-        base_only = base(input_ids=ids).logits.float()  # before the adapter is injected into it
-        ref = PeftModel.from_pretrained(base, str(ckpt)).eval()
-        want = ref(input_ids=ids).logits.float()
-        got = plain(input_ids=ids).logits.float()
-    assert (got - want).abs().max().item() < 1e-3
-    assert (base_only - want).abs().max().item() > 1e-2  # the adapter changed something to reproduce
-    # a second export into the same folder needs --overwrite
-    assert main(["--adapter", str(ckpt), "--out", str(out)]) == 2
