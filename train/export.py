@@ -1,11 +1,11 @@
-"""Export a checkpoint as a standalone model (the adapter merged into its base as trained) and optionally
-upload it to the Hugging Face Hub.
+"""Export a checkpoint as a standalone model, optionally uploaded to the Hugging Face Hub.
 
     python train/export.py --adapter ckpt/ --out DIR [--base-model PATH] [--overwrite]
                            [--push-to-hub ORG/NAME [--private]]
 
 Offline unless --push-to-hub is given; the upload uses the token of ``hf auth login`` or HF_TOKEN and
-sends only the files the export wrote. Exit 0 on success, 2 on bad input, 1 when the upload failed
+sends only the files the export wrote. The adapter is merged into its base as trained (nf4 round
+trip when it was 4-bit). Exit 0 on success, 2 on bad input, 1 when the upload failed
 (the export folder is kept). See ``train/standalone.py``.
 """
 
