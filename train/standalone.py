@@ -97,6 +97,11 @@ def merged_model(adapter: Path, manifest: dict, base_path: str):
     return model, dtype
 
 
+def _base_name(name: str | None) -> str | None:
+    """A hub id as it is; a local base by its folder name only (a full path would name this machine)."""
+    return name if not name or hub_id(name) else Path(name).name
+
+
 def export_info(adapter: Path, manifest: dict, *, dtype, stops: list[int]) -> dict:
     """What the export came from, with names and digests only (never a machine path)."""
     digest = checkpoint_digest(adapter)
@@ -112,7 +117,7 @@ def export_info(adapter: Path, manifest: dict, *, dtype, stops: list[int]) -> di
             "task": manifest.get("task"),
         },
         "base_model": {
-            "name": Path(bm["name"]).name if bm.get("name") and not hub_id(bm["name"]) else bm.get("name"),
+            "name": _base_name(bm.get("name")),
             "hub_id": hub_id(bm.get("name")) or hub_id(bm.get("path")),
             "revision": bm.get("revision"),
             "files": digest["base"].get("files"),
