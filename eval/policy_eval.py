@@ -559,6 +559,7 @@ def select(cfg: PolicyConfig):
             sft=_path(cfg.sft),
             build=True,
             need_sft=cfg.cases == "heldout",
+            checkpoint=_path(cfg.writer),
         )
         families = heldout_families(sft, "case_families") if cfg.cases == "heldout" else None
         if families is not None and not families:

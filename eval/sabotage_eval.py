@@ -550,6 +550,7 @@ def select(cfg: SabotageConfig):
             sft=_path(cfg.sft),
             build=True,
             need_sft=cfg.runs == "heldout",
+            checkpoint=_path(cfg.writer),
         )
         families = heldout_families(sft) if cfg.runs == "heldout" else None
         if families is not None and not families:

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.integrity import verify_run
+from data_prep.manifest import sha256_file
 from data_prep.records import LineError, Run, iter_runs
+
+logger = logging.getLogger("ledgerwright.eval")
 
 
 class SourceError(ValueError):
@@ -40,12 +44,22 @@ def default_cache_dir() -> Path:
 
 
 def resolve_default(
-    cache_dir: Path | None, *, corpus: Path | None, sft: Path | None, build: bool, need_sft: bool = True
+    cache_dir: Path | None,
+    *,
+    corpus: Path | None,
+    sft: Path | None,
+    build: bool,
+    need_sft: bool = True,
+    checkpoint: Path | None = None,
 ) -> tuple[Path, Path | None]:
-    """(corpus dir, sft dir). Without ``corpus`` and ``sft``: the embedded default in the cache, built
+    """(corpus dir, sft dir). Without ``corpus`` and ``sft``: the build ``checkpoint`` was trained on
+    (its manifest's ``dataset.sft_dir``) and that build's corpus, so a writer trained with
+    ``--data-dir X`` is scored on X's held-out families; else the embedded default in the cache, built
     when absent and ``build`` is true. A corpus named by the user needs its own ``sft`` build when the
     held-out families are wanted (``need_sft``): the default build's split would not describe it."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    if sft is None and checkpoint is not None:
+        corpus, sft = _checkpoint_data(Path(checkpoint), cache, corpus)
     if corpus is not None and sft is None and need_sft:
         raise SourceError(
             f"--corpus {corpus}: pass --sft with the build of this corpus (its manifest names the held-out families)"
@@ -65,6 +79,36 @@ def resolve_default(
     if not Path(corpus).is_dir():
         raise SourceError(f"{corpus}: corpus directory does not exist")
     return Path(corpus), (Path(sft) if sft is not None else None)
+
+
+def _checkpoint_data(checkpoint: Path, cache: Path, corpus: Path | None) -> tuple[Path | None, Path | None]:
+    """(corpus, sft) of the build a checkpoint records; (corpus, None) when it records none or the
+    embedded default (which resolves as usual, built if absent). The build names its corpus only by
+    the digest of the corpus manifest, so the corpus is the first of ``corpus``, the build's sibling
+    ``corpus/`` and the cache's whose manifest has that digest."""
+    from train.checkpoint import trained_on
+
+    sft = trained_on(checkpoint)
+    if sft is None or sft.resolve() == (cache / "sft").resolve():
+        return corpus, None
+    man = sft / "manifest.json"
+    try:
+        want = json.loads(man.read_text(encoding="utf-8")).get("corpus_manifest", {}).get("sha256")
+    except (OSError, ValueError) as exc:
+        raise SourceError(
+            f"{checkpoint}/manifest.json: dataset.sft_dir {sft}: cannot read its manifest ({exc}); "
+            "pass --sft and --corpus"
+        ) from None
+    candidates = [c for c in (corpus, sft.parent / "corpus", cache / "corpus") if c is not None]
+    for cand in candidates:
+        path = Path(cand) / "manifest.json"
+        if path.is_file() and sha256_file(path) == want:
+            logger.info("held-out split from %s's training data: %s (corpus %s)", checkpoint, sft, cand)
+            return Path(cand), sft
+    raise SourceError(
+        f"{man}: corpus_manifest.sha256 {want}: no corpus with this manifest among "
+        f"{', '.join(map(str, candidates))}; pass --corpus (or --sft to use another build's split)"
+    )
 
 
 def heldout_families(sft_dir: Path, kind: str = "workflow_families") -> list[str]:

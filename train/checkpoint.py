@@ -173,3 +173,13 @@ def stop_token_ids(tokenizer, model) -> list[int]:
         if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
             ids.append(tid)
     return ids
+
+
+def trained_on(ckpt: str | Path) -> Path | None:
+    """The SFT build a checkpoint was trained on (``dataset.sft_dir`` of its manifest), so that an
+    evaluation scores it on that build's held-out families; None when the checkpoint does not say."""
+    try:
+        recorded = read_checkpoint(ckpt).get("dataset", {}).get("sft_dir")
+    except CheckpointError:
+        return None
+    return Path(recorded) if isinstance(recorded, str) and recorded else None

@@ -36,7 +36,7 @@ READER_TASKS = {
 }
 ROLE_TASKS = {"writer": WRITER_TASKS, "reader": READER_TASKS}
 ROLE_DEFAULTS = {"writer": ("both", "ckpt"), "reader": ("verdict", "ckpt-reader")}
-REPORT_TO = ("none", "tensorboard", "wandb")
+REPORT_TO = ("none", "tensorboard", "wandb", "trackio")
 
 
 class ConfigError(ValueError):
@@ -214,7 +214,10 @@ class TrainConfig:
     )
     save_steps: int = field(default=100, metadata=_help("write a resumable checkpoint every N steps"))
     save_total_limit: int | None = field(default=2, metadata=_help("keep at most N checkpoints"))
-    report_to: str = field(default="none", metadata=_help("none | tensorboard | wandb"))
+    report_to: str = field(
+        default="none",
+        metadata={**_help("none, or tensorboard | wandb | trackio, several as TRL takes them"), "list": True},
+    )
     num_threads: int | None = field(
         default=None, metadata=_help("CPU threads per process (default: cores / local processes)")
     )
@@ -242,8 +245,11 @@ class TrainConfig:
         cfg.output_dir = cfg.output_dir or out_default
         if cfg.examples is not None and cfg.examples < 1:
             raise ConfigError(f"examples: expected a positive number, got {cfg.examples}")
-        if cfg.report_to not in REPORT_TO:
-            raise ConfigError(f"report_to: expected one of {list(REPORT_TO)}, got {cfg.report_to!r}")
+        trackers = report_to_list(cfg.report_to)
+        if not trackers or any(t not in REPORT_TO for t in trackers) or ("none" in trackers and len(trackers) > 1):
+            raise ConfigError(
+                f"report_to: expected none or a comma list of {list(REPORT_TO[1:])}, got {cfg.report_to!r}"
+            )
         if cfg.compute_dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ConfigError(f"compute_dtype: unknown dtype {cfg.compute_dtype!r}")
         if cfg.tiny.pretrain_format not in ("text", "conversation"):
@@ -353,7 +359,7 @@ def apply_mapping(cfg: TrainConfig, data: dict, source: str) -> TrainConfig:
             continue
         if key not in hints:
             raise ConfigError(f"{source}: {key}: unknown field (see --help for the list)")
-        setattr(cfg, key, _coerce(value, hints[key], f"{source}: {key}"))
+        setattr(cfg, key, _coerce(_joined(value), hints[key], f"{source}: {key}"))
     return cfg
 
 
@@ -371,6 +377,16 @@ def load_preset(path: str | Path, cfg: TrainConfig | None = None) -> TrainConfig
     return apply_mapping(cfg, data, str(p))
 
 
+def _joined(value):
+    """A list given for a list field (YAML list, ``nargs`` flag) as its comma form."""
+    return ",".join(map(str, value)) if isinstance(value, list) else value
+
+
+def report_to_list(value: str) -> list[str]:
+    """``report_to`` as TRL takes it: ``wandb,tensorboard`` (or ``wandb tensorboard``) -> a list."""
+    return [t for t in value.replace(",", " ").split() if t]
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -378,8 +394,10 @@ def _flag(name: str) -> str:
 def build_parser(role: str, description: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"train/{role}.py",
-        description=description or f"QLoRA fine-tuning of a ledger {role}.",
+        description=(description or f"QLoRA fine-tuning of a ledger {role}.")
+        + " Every field takes TRL's spelling too (--learning_rate as --learning-rate).",
         argument_default=argparse.SUPPRESS,
+        allow_abbrev=False,  # --learn 1e-4 is an error, never the learning rate
     )
     parser.add_argument(
         "--config", metavar="YAML", help="preset under configs/train/ (defaults: the tiny default)"
@@ -390,6 +408,10 @@ def build_parser(role: str, description: str | None = None) -> argparse.Argument
         if f.name in ("tiny", "role"):
             continue
         _add_field(parser, f, hints[f.name], getattr(defaults, f.name), _flag(f.name))
+    for flag, dtype in (("--bf16", "bfloat16"), ("--fp16", "float16")):  # TRL's precision switches
+        parser.add_argument(
+            flag, dest="compute_dtype", action="store_const", const=dtype, help=f"--compute-dtype {dtype}"
+        )
     group = parser.add_argument_group("embedded tiny base (used when --model tiny)")
     tiny_hints = _type_hints(TinyBaseConfig)
     for f in fields(TinyBaseConfig):
@@ -401,13 +423,18 @@ def build_parser(role: str, description: str | None = None) -> argparse.Argument
 
 def _add_field(parser, f, tp, default, flag) -> None:
     base, optional = _base_type(tp)
-    help_text = (f.metadata.get("help", "") + f" (default: {default})").replace("%", "%%")
+    help_text = f.metadata.get("help", "")
+    if "default" not in help_text:
+        help_text += f" (default: {default})"
+    help_text = help_text.replace("%", "%%")
     dest = flag[2:].replace("-", "_")
+    flags = [flag] + (["--" + dest] if "-" in flag[2:] else [])  # TRL/HfArgumentParser spell fields with _
     if base is bool:
-        parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, help=help_text)
+        parser.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, help=help_text)
     else:
         metavar = base.__name__.upper()
-        parser.add_argument(flag, dest=dest, metavar=metavar, help=help_text)
+        nargs = "+" if f.metadata.get("list") else None  # --report_to wandb tensorboard
+        parser.add_argument(*flags, dest=dest, metavar=metavar, nargs=nargs, help=help_text)
 
 
 def parse_config(role: str, argv: list[str] | None = None) -> TrainConfig:
@@ -425,7 +452,7 @@ def parse_config(role: str, argv: list[str] | None = None) -> TrainConfig:
         if dest.startswith("tiny_") and dest[5:] in tiny_hints:
             setattr(cfg.tiny, dest[5:], _coerce(value, tiny_hints[dest[5:]], "--" + dest.replace("_", "-")))
         else:
-            setattr(cfg, dest, _coerce(value, hints[dest], "--" + dest.replace("_", "-")))
+            setattr(cfg, dest, _coerce(_joined(value), hints[dest], "--" + dest.replace("_", "-")))
     return cfg.resolved()
 
 

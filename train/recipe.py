@@ -27,7 +27,7 @@ import shutil
 import time
 from pathlib import Path
 
-from train.config import TINY, ConfigError, TrainConfig, default_cache_dir, dump_yaml
+from train.config import TINY, ConfigError, TrainConfig, default_cache_dir, dump_yaml, report_to_list
 
 logger = logging.getLogger("ledgerwright.train")
 
@@ -45,10 +45,9 @@ class RecipeError(RuntimeError):
 
 
 def setup_environment(cfg: TrainConfig) -> None:
-    """Offline unless the user named a hub model; quiet tokenizers; offline wandb. Call before
-    importing transformers."""
+    """Offline unless the user named a hub model; quiet tokenizers. Call before importing
+    transformers. WANDB_MODE is the user's: wandb logs online unless they set it offline."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("WANDB_MODE", "offline")
     # Idle OpenMP threads sleep instead of spinning. On a shared CPU (other jobs, or DDP processes on
     # the same cores) spinning threads wait on descheduled partners at every parallel region: a
     # tiny-model step measured 6x slower with 2 threads than with 1; with PASSIVE both took the same.
@@ -60,16 +59,19 @@ def setup_environment(cfg: TrainConfig) -> None:
 
 
 def check_report_to(report_to: str) -> list[str] | str:
-    """The Trainer's report_to, or a clear error when the package behind it is missing."""
-    if report_to == "none":
+    """The Trainer's report_to, or a clear error when a package behind it is missing."""
+    trackers = report_to_list(report_to)
+    if trackers == ["none"]:
         return "none"
-    package = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}[report_to]
-    if not any(importlib.util.find_spec(p) is not None for p in package):
-        raise RecipeError(
-            f"--report-to {report_to} needs the {package[0]} package, which is not installed here. "
-            f"Install it (pip install {package[0]}) or pass --report-to none."
-        )
-    return [report_to]
+    packages = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "trackio": ("trackio",)}
+    for tracker in trackers:
+        package = packages[tracker]
+        if not any(importlib.util.find_spec(p) is not None for p in package):
+            raise RecipeError(
+                f"--report-to {report_to}: {tracker} needs the {package[0]} package, which is not installed "
+                f"here. Install it (pip install {package[0]}) or pass --report-to none."
+            )
+    return trackers
 
 
 def _setup_logging() -> None:

@@ -55,3 +55,37 @@ def test_runs_with_a_broken_environment_ledger_are_left_out(tmp_path):
     write_jsonl(path, runs)
     sel = load_runs(path, families=None, limit=None, seed=0)
     assert len(sel.items) == 2 and len(sel.problems) == 1 and "runs.jsonl:2" in sel.problems[0]
+
+
+def _checkpoint(path, sft_dir):
+    path.mkdir()
+    (path / "adapter_config.json").write_text("{}")
+    manifest = {"base_model": {"path": "base"}, "config": {}, "dataset": {"sft_dir": str(sft_dir)}}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def test_a_checkpoint_is_scored_on_the_held_out_families_of_its_own_training_data(world, tmp_path):
+    """A writer trained with ``--data-dir X`` is evaluated on X's held-out families, not the cache's."""
+    from data_prep.manifest import sha256_file
+
+    (world / "corpus" / "manifest.json").write_text('{"stage": "synth"}')
+    other = tmp_path / "other"
+    (other / "sft").mkdir(parents=True)
+    split = {"workflow_families": {"fam-alpha": "heldout", "fam-beta": "train+validation"}}
+    digest = sha256_file(world / "corpus" / "manifest.json")
+    (other / "sft" / "manifest.json").write_text(
+        json.dumps({"split_assignment": split, "corpus_manifest": {"path": "manifest.json", "sha256": digest}})
+    )
+    ckpt = _checkpoint(tmp_path / "ckpt", other / "sft")
+    corpus, sft = resolve_default(world, corpus=None, sft=None, build=False, checkpoint=ckpt)
+    assert sft == other / "sft" and corpus == world / "corpus"
+    assert heldout_families(sft) == ["fam-alpha"]
+    # told otherwise, the user's build wins; a checkpoint of the default build resolves as before
+    assert resolve_default(world, corpus=None, sft=world / "sft", build=False, checkpoint=ckpt)[1] == world / "sft"
+    default = _checkpoint(tmp_path / "ckpt-default", world / "sft")
+    assert resolve_default(world, corpus=None, sft=None, build=False, checkpoint=default)[1] == world / "sft"
+    # a corpus whose manifest is not the one the build was made from is refused, by digest
+    (world / "corpus" / "manifest.json").write_text('{"stage": "synth", "edited": true}')
+    with pytest.raises(SourceError, match="corpus_manifest.sha256 sha256:.*pass --corpus"):
+        resolve_default(world, corpus=None, sft=None, build=False, checkpoint=ckpt)

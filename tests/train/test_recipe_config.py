@@ -90,6 +90,21 @@ def test_bad_flags():
         parse_config("writer", ["--examples", "lots"])
 
 
+def test_trl_spellings_and_no_abbreviations(capsys):
+    """TRL users type --learning_rate, --bf16 and --report_to a b; a typo or a prefix is an error."""
+    trl = parse_config("writer", ["--learning_rate", "1e-4", "--bf16", "--report_to", "none"])
+    ours = parse_config("writer", ["--learning-rate", "1e-4", "--compute-dtype", "bfloat16"])
+    assert trl == ours and trl.learning_rate == 1e-4
+    assert parse_config("writer", ["--no-load_in_4bit"]).load_in_4bit is False
+    with pytest.raises(ConfigError, match="report_to"):  # both packages checked at run time, not here
+        parse_config("writer", ["--report_to", "wandb", "mlflow"])
+    assert parse_config("writer", ["--report_to", "wandb", "trackio"]).report_to == "wandb,trackio"
+    for typo in (["--learn", "1e-4"], ["--lerning_rate", "1e-4"]):
+        with pytest.raises(SystemExit):
+            parse_config("writer", typo)
+        assert f"unrecognized arguments: {typo[0]}" in capsys.readouterr().err
+
+
 def test_every_field_has_help():
     for cls in (TrainConfig, TinyBaseConfig):
         for f in dataclasses.fields(cls):
