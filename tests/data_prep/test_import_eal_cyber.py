@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from data_prep.build import main as build_main
 from data_prep.importer import main as importer_main
 from data_prep.importers.common import Accepted, Rejected
 from data_prep.importers.eal_case import iter_items
@@ -176,3 +177,22 @@ def test_cli_imports_cyber_cases(tmp_path, capsys):
     assert m["counts"]["policy_cases"] == 2 == m["counts"]["input_records"] and m["counts"]["rejected"] == 0
     loaded = [c for _, c in iter_policy_case_file(out / "policy_cases" / "cases-00000.jsonl")]
     assert sorted(c["case_id"] for c in loaded) == ["cyber_harbor_state_swap", "cyber_lumen_authority"]
+    # and they build: reader-policy examples show the scope request whole, decided as labelled
+    assert build_main(["--corpus", str(out), "--out", str(tmp_path / "built"), "--no-progress"]) == 0
+    examples = [
+        json.loads(line)
+        for split in ("train", "validation", "heldout")
+        for line in (tmp_path / "built" / "jsonl" / "reader_policy" / f"{split}.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    assert examples
+    for ex in examples:
+        user, answer = ex["messages"][-2]["content"], json.loads(ex["messages"][-1]["content"])
+        request = json.loads(user.split("Request:\n", 1)[1])
+        assert set(request) == {"grantee", "tenant_id", "incident_id", "asset_id", "environment",
+                                "response_action", "vulnerability_id", "action_time"}  # fmt: skip
+        case = next(
+            c for c in loaded if any(request in (p["in_scope"], p["out_of_scope"]) for p in c["probe_pairs"])
+        )
+        assert answer["decision"] == decide(case, None, request)
