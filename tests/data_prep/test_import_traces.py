@@ -435,3 +435,16 @@ def test_cli_otel_and_empty_inputs(tmp_path, capsys):
     argv = ["--format", "otel-genai", str(path), "--out", str(tmp_path / "c5"), "--labeller", str(bad_labels)]
     assert importer_main(argv) == 2
     assert "labels.yaml:1: $.default: must be one of" in capsys.readouterr().err
+
+
+def test_same_logs_give_identical_corpora(tmp_path):
+    src = tmp_path / "logs"
+    src.mkdir()
+    write_eval_zip(src / "a.eval")
+    write_otlp(tmp_path / "t.json")
+    for fmt, path in (("inspect-log", src), ("otel-genai", tmp_path / "t.json")):
+        outs = [tmp_path / f"{fmt}-{i}" for i in (1, 2)]
+        for out in outs:
+            assert importer_main(["--format", fmt, str(path), "--out", str(out), "--quiet"]) == 0
+        tree = [sorted((p.relative_to(o), p.read_bytes()) for p in o.rglob("*") if p.is_file()) for o in outs]
+        assert tree[0] == tree[1]
