@@ -120,7 +120,13 @@ def _list(obj: dict, key: str, where: str) -> list:
 
 
 def collect(doc: Any, lines: LazyLines, traces: dict[str, Trace], counter: list[int]) -> None:
-    """Add the spans of one OTLP JSON document to ``traces``; a broken envelope raises Problem."""
+    """Add the spans of one OTLP JSON document to ``traces``.
+
+    A broken envelope or a span without a trace id raises Problem and adds nothing from the document
+    (half a document would import traces with spans silently missing); a span's own problems (bad
+    attributes, times) reject its trace only.
+    """
+    pending: list[tuple[Any, str, dict]] = []
     if not isinstance(doc, dict):
         raise Problem("$", "expected an OTLP JSON object with resourceSpans")
     if "resourceSpans" not in doc:
@@ -140,14 +146,17 @@ def collect(doc: Any, lines: LazyLines, traces: dict[str, Trace], counter: list[
             if not isinstance(ss, dict):
                 raise Problem(sw, "expected an object")
             for k, sp in enumerate(_list(ss, "spans", sw)):
-                _add_span(sp, f"{sw}.spans[{k}]", lines, resource, traces, counter)
+                w = f"{sw}.spans[{k}]"
+                if not isinstance(sp, dict) or not isinstance(sp.get("traceId"), str) or not sp["traceId"]:
+                    raise Problem(f"{w}.traceId", "missing (a span must name its trace)")
+                pending.append((sp, w, resource))
+    for sp, w, resource in pending:
+        _add_span(sp, w, lines, resource, traces, counter)
 
 
 def _add_span(
     sp: Any, w: str, lines: LazyLines, resource: dict, traces: dict[str, Trace], counter: list[int]
 ) -> None:
-    if not isinstance(sp, dict) or not isinstance(sp.get("traceId"), str) or not sp["traceId"]:
-        raise Problem(f"{w}.traceId", "missing (a span must name its trace)")
     trace = traces.setdefault(sp["traceId"].lower(), Trace(sp["traceId"].lower()))
     counter[0] += 1
     try:

@@ -448,3 +448,17 @@ def test_same_logs_give_identical_corpora(tmp_path):
             assert importer_main(["--format", fmt, str(path), "--out", str(out), "--quiet"]) == 0
         tree = [sorted((p.relative_to(o), p.read_bytes()) for p in o.rglob("*") if p.is_file()) for o in outs]
         assert tree[0] == tree[1]
+
+
+def test_a_broken_otlp_line_adds_nothing_and_is_counted(tmp_path):
+    spans = otel_spans()
+    broken = otlp([*spans[2:], {"spanId": "ab", "name": "no trace id"}])
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(otlp(spans[:2])) + "\n" + json.dumps(broken) + "\n")
+    items = list(otel_genai.iter_items([path]))
+    rejected = [i for i in items if isinstance(i, Rejected)]
+    assert len(rejected) == 1 and rejected[0].line == 2
+    assert rejected[0].field == "$.resourceSpans[0].scopeSpans[0].spans[3].traceId"
+    # the trace's spans on line 2 were not half-added: its run holds line 1's calls only, logger unseen
+    (run,) = [Run.from_dict(i.record) for i in items if isinstance(i, Accepted)]
+    assert [c.call_id for c in run.trajectory] == ["tc_2"]
