@@ -15,7 +15,9 @@ or an approver refused the call) is ``rejected``; any other error is ``failed``,
 the call's result when the call returned none. The task messages are the sample's ``input`` (a string is
 one user message; chat messages keep their system/user turns, text parts joined). The declared tools
 are those of the sample's first ``model`` event. ``workflow_id`` and ``family`` are the task name;
-``domain`` is ``metadata.domain`` (sample, then task) or ``other``. Only top-level events are read.
+``domain`` is ``metadata.domain`` (sample, then task) or ``other``. Only top-level events are read: tool
+events nested inside others (a subtask's, an agent run as a tool) are counted in
+``metadata.nested_tool_events_not_imported``, not imported.
 
 A bad sample is rejected as ``file:line: field: problem``; in a ``.eval`` zip the field is prefixed with
 the member (``samples/1_epoch_1.json#$.events[3].arguments``) and the line is within that member.
@@ -77,6 +79,19 @@ def _tools(events: list) -> list[dict]:
                 if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]
             ]
     return []
+
+
+def _nested_tool_events(events: list) -> int:
+    """Tool events inside other events (a subtask's, or an agent run as a tool): counted, not imported."""
+    n = 0
+    stack = [e.get("events") for e in events if isinstance(e, dict)]
+    while stack:
+        inner = stack.pop()
+        for e in inner if isinstance(inner, list) else []:
+            if isinstance(e, dict):
+                n += e.get("event") == "tool"
+                stack.append(e.get("events"))
+    return n
 
 
 def _status(error: Any, where: str) -> str:
@@ -148,6 +163,9 @@ def convert_sample(
             "epoch": epoch,
             "model": ev.get("model"),
             "sample_metadata": meta,
+            **(
+                {"nested_tool_events_not_imported": nested} if (nested := _nested_tool_events(events)) else {}
+            ),
         },
         where="$.events",
     )

@@ -462,3 +462,12 @@ def test_a_broken_otlp_line_adds_nothing_and_is_counted(tmp_path):
     # the trace's spans on line 2 were not half-added: its run holds line 1's calls only, logger unseen
     (run,) = [Run.from_dict(i.record) for i in items if isinstance(i, Accepted)]
     assert [c.call_id for c in run.trajectory] == ["tc_2"]
+
+
+def test_nested_tool_events_are_counted_not_imported(tmp_path):
+    good, _ = samples()
+    inner = tool_event("call_n1", "lookup_account", {"account": "acct-9"})
+    good["events"].append({"event": "subtask", "name": "helper", "events": [inner]})
+    (item,) = list(inspect_log.iter_items([write_json_log(tmp_path / "log.json", [good])]))
+    assert [c["call_id"] for c in item.record["trajectory"]] == ["call_a1", "call_a3"]
+    assert item.record["metadata"]["nested_tool_events_not_imported"] == 1
