@@ -1,10 +1,16 @@
 """Import real data into the corpus layout (runs/, policy_cases/, manifest.json, rejects.jsonl).
 
-    python data_prep/importer.py --format workflow-v2|eal-case|runs SRC [SRC ...] --out DIR [--allow-partial]
-                                 [--signing-key FILE]
+    python data_prep/importer.py --format FORMAT SRC [SRC ...] --out DIR [--allow-partial] [--allow-empty]
+                                 [--labeller RULES.yaml] [--signing-key FILE]
 
-SRC is a file or a directory (workflow-v2 and runs: *.jsonl; eal-case: *.yaml / *.yml, one case per
-file, EAL-Bench's published case files as they are). Only regular files are read: a FIFO, device,
+FORMAT and what SRC (a file, or a directory of such files) holds:
+  workflow-v2   *.jsonl, seed-style workflows, one per line
+  eal-case      *.yaml / *.yml, one EAL-style case per file (EAL-Bench's published case files as they are)
+  runs          *.jsonl, the project's own ledger-run/v1 records
+  inspect-log   *.eval / *.json, inspect_ai eval logs (one run per sample and epoch)
+  otel-genai    *.json / *.jsonl, OTLP JSON traces with GenAI execute_tool spans (one run per trace)
+The trace formats take --labeller RULES.yaml: the policy_class of each call (default benign; see
+data_prep/importers/labeller.py). Only regular files are read: a FIFO, device,
 directory or /proc file named as a source is refused with ``file: problem``. Bad records are
 quarantined to DIR/rejects.jsonl and printed as ``file:line: field: problem``; the counts, per file
 too, go to DIR/manifest.json. Every imported run gets a run seal (signed with Ed25519 when
@@ -14,8 +20,9 @@ directory and moved into place, with ``complete: true`` in its manifest, only wh
 Exit status:
   0  every record read was imported (and there was at least one);
   1  some records were rejected (a per-file summary is printed; with --allow-partial the accepted
-     ones count as a success), nothing at all was imported (never a success, whatever the flags), a
-     source cannot be read (or is a directory without matching files), or the output cannot be written;
+     ones count as a success), nothing was imported (with --allow-empty, sources holding no records
+     at all are a success; a rejected record never is), a source cannot be read (or is a directory
+     without matching files), or the output cannot be written;
   2  a usage error.
 (Named importer.py because ``import`` is a Python keyword.)
 """
@@ -26,10 +33,12 @@ import argparse
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
-from data_prep.importers import eal_case, runs, workflow_v2
+from data_prep.importers import eal_case, inspect_log, otel_genai, runs, workflow_v2
 from data_prep.importers.common import Accepted, Item, Rejected, expand_sources, run_import
+from data_prep.importers.labeller import LabellerError, load_labeller
 from data_prep.inputs import InputError, check_regular, os_problem
 from data_prep.integrity import seal_run
 from data_prep.manifest import ManifestError, replaceable_output, staged_output
@@ -40,14 +49,17 @@ FORMATS = {
     "workflow-v2": (workflow_v2.iter_items, ("*.jsonl",)),
     "eal-case": (eal_case.iter_items, ("*.yaml", "*.yml")),
     "runs": (runs.iter_items, ("*.jsonl",)),
+    "inspect-log": (inspect_log.iter_items, ("*.eval", "*.json")),
+    "otel-genai": (otel_genai.iter_items, ("*.json", "*.jsonl")),
 }
+TRACE_FORMATS = ("inspect-log", "otel-genai")  # the formats a --labeller applies to
 SUMMARY_LINES = 50  # files listed in the per-file summary; the manifest lists all
 
 
-def exit_status(counts: dict, *, allow_partial: bool) -> int:
+def exit_status(counts: dict, *, allow_partial: bool, allow_empty: bool = False) -> int:
     """The contract above, from the manifest's counts."""
     if counts["accepted"] == 0:
-        return 1
+        return 0 if allow_empty and counts["input_records"] == 0 else 1
     if counts["rejected"] and not allow_partial:
         return 1
     return 0
@@ -72,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--format", required=True, choices=sorted(FORMATS), help="input format")
     ap.add_argument("sources", nargs="+", help="input files or directories")
-    ap.add_argument("--out", required=True, type=Path, help="output directory (an earlier corpus is replaced)")
+    ap.add_argument(
+        "--out", required=True, type=Path, help="output directory (an earlier corpus is replaced)"
+    )
     ap.add_argument(
         "--allow-partial",
         action="store_true",
@@ -83,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 1 if any record was rejected (the default now; kept so older scripts still run)",
     )
+    ap.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 when the sources hold no records at all (rejected records still fail)",
+    )
+    ap.add_argument("--labeller", type=Path, help="YAML rules giving imported trace calls a policy_class")
     ap.add_argument("--shard-size", type=int, default=1000, help="records per JSONL shard [1000]")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals")
@@ -91,7 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--shard-size must be positive")
     if args.strict and args.allow_partial:
         ap.error("--strict and --allow-partial contradict each other")
+    if args.labeller and args.format not in TRACE_FORMATS:
+        ap.error(f"--labeller applies to {' and '.join(TRACE_FORMATS)} only")
     iter_items, patterns = FORMATS[args.format]
+    if args.format in TRACE_FORMATS:
+        try:
+            labeller = load_labeller(args.labeller)
+        except LabellerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        iter_items = partial(iter_items, labeller=labeller)
     try:
         signer = load_signer(args.signing_key)
     except SigningKeyError as exc:
@@ -134,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"error: {exc.filename or args.out}: {os_problem(exc)} ({args.out} is unchanged)", file=sys.stderr)
+        print(
+            f"error: {exc.filename or args.out}: {os_problem(exc)} ({args.out} is unchanged)", file=sys.stderr
+        )
         return 1
     c = manifest["counts"]
     print(
@@ -150,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ... {len(troubled) - SUMMARY_LINES} more, all in {args.out / 'manifest.json'}")
     if c["rejected"]:
         print(f"rejects: {args.out / 'rejects.jsonl'}")
-    status = exit_status(c, allow_partial=args.allow_partial)
-    if c["accepted"] == 0:
+    status = exit_status(c, allow_partial=args.allow_partial, allow_empty=args.allow_empty)
+    if c["accepted"] == 0 and status:
         print(
             f"error: nothing imported ({c['rejected']} rejected of {c['input_records']} read)",
             file=sys.stderr,

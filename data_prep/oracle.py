@@ -10,6 +10,14 @@ action time iff some authorization record is **in force** then and **covers** it
   ``amount <= max_amount``; a permitting effect (``allow``, or EAL-Bench's ``permit_exception``). An
   in-force ``deny`` record that covers the request wins over any permit.
 
+A **scope record** (EAL-Bench's cybersecurity domain) has a ``scope`` in place of vendor, categories,
+amount and currency: ``{tenant_id, incident_id, asset_ids, environments, approved_actions,
+vulnerability_ids}``. It covers a **scope request** ``{grantee, action?, tenant_id, incident_id,
+asset_id, environment, response_action, vulnerability_id, action_time}`` when grantee (and action, when
+the request names one) are equal, tenant and incident are equal, each of asset, environment, response
+action and vulnerability is in its list, and the time is in the window. A patch's ``scope`` changes only
+the scope keys it names. A record of one kind never covers a request of the other.
+
 Event types: ``issue`` (a new record), ``patch`` (changes fields of an active record), ``revoke`` (the
 record's status becomes ``revoked``) and ``replace`` (EAL-Bench's revoke-replace: the event's
 ``authorization_ref`` names the old record, which becomes ``superseded``; the event's ``record`` is the
@@ -62,11 +70,45 @@ PATCHABLE = (
     "status",
 )
 REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
+# scope records and requests (EAL-Bench's cybersecurity domain): equality fields, then list memberships
+SCOPE_EQUAL = ("tenant_id", "incident_id")
+SCOPE_MEMBER = {  # request field -> the scope list it must be in
+    "asset_id": "asset_ids",
+    "environment": "environments",
+    "response_action": "approved_actions",
+    "vulnerability_id": "vulnerability_ids",
+}
+SCOPE_FIELDS = (*SCOPE_EQUAL, *SCOPE_MEMBER.values())
+SCOPE_RECORD_FIELDS = (
+    "authorization_ref",
+    "issuer",
+    "grantee",
+    "effect",
+    "action",
+    "scope",
+    "valid_from",
+    "valid_until",
+    "status",
+    "source_turn_refs",
+)
+SCOPE_PATCHABLE = ("grantee", "effect", "action", "scope", "valid_from", "valid_until", "status")
+SCOPE_REQUEST_FIELDS = ("grantee", "action", *SCOPE_EQUAL, *SCOPE_MEMBER, "action_time")
 EVENT_TYPES = ("issue", "patch", "revoke", "replace")
-PERMIT_EFFECTS = ("allow", "permit_exception")  # permit_exception: EAL-Bench's only procurement effect
+# permit_exception: EAL-Bench's procurement effect; permit_incident_response: its cybersecurity one
+PERMIT_EFFECTS = ("allow", "permit_exception", "permit_incident_response")
 DENY_EFFECTS = ("deny",)
 EFFECTS = (*PERMIT_EFFECTS, *DENY_EFFECTS)
 STATUSES = ("active", "revoked", "superseded")
+
+
+def is_scope(record_or_request: dict) -> bool:
+    """A scope record (has ``scope``) or a scope request (has ``tenant_id``)."""
+    return "scope" in record_or_request or "tenant_id" in record_or_request
+
+
+def record_fields(record: dict) -> tuple[str, ...]:
+    """The typed fields of a record of this kind."""
+    return SCOPE_RECORD_FIELDS if "scope" in record else RECORD_FIELDS
 
 
 def parse_time(value: str) -> datetime:
@@ -104,7 +146,9 @@ def records_at(events: list[dict], issuers: set[str], t: datetime) -> dict[str, 
         elif kind == "patch" and ref in state and state[ref].get("status") not in ("revoked", "superseded"):
             rec = state[ref]
             for key, value in ev["patch"].items():
-                if key in PATCHABLE:
+                if key == "scope" and isinstance(value, dict):
+                    rec["scope"] = {**(rec.get("scope") or {}), **value}
+                elif key in PATCHABLE or key in SCOPE_PATCHABLE:
                     rec[key] = value
             rec["source_turn_refs"] = _merge(rec.get("source_turn_refs", []), ev.get("source_turn_refs", []))
         elif kind == "revoke" and ref in state:
@@ -130,6 +174,8 @@ def _merge(a: list[str], b: list[str]) -> list[str]:
 def covers(record: dict, request: dict, t: datetime | None = None) -> bool:
     """Does this record, if in force, cover the request (every dimension, time window included)?"""
     t = t or parse_time(request["action_time"])
+    if is_scope(record) or is_scope(request):
+        return is_scope(record) and is_scope(request) and _scope_covers(record, request, t)
     try:
         return (
             record.get("status") == "active"
@@ -139,6 +185,22 @@ def covers(record: dict, request: dict, t: datetime | None = None) -> bool:
             and record.get("currency") == request["currency"]
             and request["category"] in (record.get("allowed_categories") or [])
             and request["amount"] <= record["max_amount"]
+            and parse_time(record["valid_from"]) <= t < parse_time(record["valid_until"])
+        )
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _scope_covers(record: dict, request: dict, t: datetime) -> bool:
+    scope = record.get("scope")
+    try:
+        return (
+            record.get("status") == "active"
+            and isinstance(scope, dict)
+            and record.get("grantee") == request["grantee"]
+            and ("action" not in request or record.get("action") == request["action"])
+            and all(scope.get(k) == request[k] for k in SCOPE_EQUAL)
+            and all(request[k] in (scope.get(lst) or []) for k, lst in SCOPE_MEMBER.items())
             and parse_time(record["valid_from"]) <= t < parse_time(record["valid_until"])
         )
     except (KeyError, TypeError, ValueError):
@@ -195,7 +257,8 @@ def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict
     """The records a faithful memory holds at the end of the history: in force then or later.
 
     Revoked and superseded records and records whose window closed before the end are left out;
-    records are typed with every field of ``RECORD_FIELDS`` and ordered by first issue.
+    records are typed with every field of their kind (``RECORD_FIELDS`` or ``SCOPE_RECORD_FIELDS``) and
+    ordered by first issue.
     """
     end = at or history_end(case)
     state = records_at(case["events"], set(case["authorized_issuers"]), end)
@@ -205,9 +268,11 @@ def gold_memory_from_events(case: dict, at: datetime | None = None) -> list[dict
             continue
         if parse_time(rec["valid_until"]) <= end:
             continue
-        out.append({k: _copy(rec.get(k)) for k in RECORD_FIELDS})
+        out.append({k: _copy(rec.get(k)) for k in record_fields(rec)})
     return out
 
 
 def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
     return list(v) if isinstance(v, list) else v

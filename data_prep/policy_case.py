@@ -23,8 +23,14 @@ from data_prep.oracle import (
     PATCHABLE,
     RECORD_FIELDS,
     REQUEST_FIELDS,
+    SCOPE_EQUAL,
+    SCOPE_FIELDS,
+    SCOPE_PATCHABLE,
+    SCOPE_RECORD_FIELDS,
+    SCOPE_REQUEST_FIELDS,
     STATUSES,
     decide,
+    is_scope,
     parse_time,
 )
 from data_prep.records import LineError, RecordError, iter_jsonl
@@ -44,7 +50,21 @@ CASE_FIELDS = (
     "provenance",
     "metadata",
 )
-DIMENSIONS = ("amount", "time", "category", "vendor", "grantee", "action")
+DIMENSIONS = (
+    "amount",
+    "time",
+    "category",
+    "vendor",
+    "grantee",
+    "action",
+    # scope requests (EAL-Bench's cybersecurity domain)
+    "tenant",
+    "incident",
+    "asset",
+    "environment",
+    "response_action",
+    "vulnerability",
+)
 MEMORY_ERRORS = (
     "omission",
     "missing_record",
@@ -148,9 +168,12 @@ def _list(d: dict, key: str, where: str) -> list:
 def validate_record(rec: Any, where: str, *, partial: bool = False, event: bool = False) -> dict:
     """An authorization record (or, with ``partial``, a patch: a subset of the patchable fields).
 
-    With ``event`` it is an event's record, which may also carry ``supersedes_ref``.
+    With ``event`` it is an event's record, which may also carry ``supersedes_ref``. A record with a
+    ``scope`` is a scope record (``SCOPE_RECORD_FIELDS``); a patch may change scope keys.
     """
     rec = _obj(rec, where)
+    if "scope" in rec:
+        return _validate_scope_record(rec, where, partial=partial, event=event)
     allowed = PATCHABLE if partial else EVENT_RECORD_FIELDS if event else RECORD_FIELDS
     _no_extra(rec, allowed, where)
     if partial and not rec:
@@ -177,8 +200,68 @@ def validate_record(rec: Any, where: str, *, partial: bool = False, event: bool 
     return rec
 
 
+def _validate_scope(scope: Any, where: str, *, partial: bool) -> dict:
+    scope = _obj(scope, where)
+    _no_extra(scope, SCOPE_FIELDS, where)
+    if partial and not scope:
+        raise RecordError(where, "a scope patch must change at least one scope field")
+    for key in SCOPE_FIELDS:
+        if partial and key not in scope:
+            continue
+        if key in SCOPE_EQUAL:
+            _str(scope, key, where)
+        else:
+            _strs(scope, key, where, nonempty=True)
+    return scope
+
+
+def _validate_scope_record(rec: dict, where: str, *, partial: bool, event: bool) -> dict:
+    allowed = (
+        SCOPE_PATCHABLE
+        if partial
+        else (*SCOPE_RECORD_FIELDS, "supersedes_ref")
+        if event
+        else SCOPE_RECORD_FIELDS
+    )
+    mixed = [k for k in ("vendor", "allowed_categories", "max_amount", "currency") if k in rec]
+    if mixed:
+        raise RecordError(
+            f"{where}.scope",
+            f"a record has a scope (cybersecurity) or {', '.join(mixed)} (procurement), not both",
+        )
+    _no_extra(rec, allowed, where)
+    for key in allowed:
+        if (partial or key == "supersedes_ref") and key not in rec:
+            continue
+        if key == "scope":
+            _validate_scope(rec.get("scope"), f"{where}.scope", partial=partial)
+        elif key == "source_turn_refs":
+            _strs(rec, key, where)
+        elif key in ("valid_from", "valid_until"):
+            _time(rec, key, where)
+        elif key == "effect":
+            if _str(rec, key, where) not in EFFECTS:
+                raise RecordError(f"{where}.effect", f"must be {'|'.join(EFFECTS)}, got {rec[key]!r}")
+        elif key == "status":
+            if _str(rec, key, where) not in STATUSES:
+                raise RecordError(f"{where}.status", f"must be {'|'.join(STATUSES)}, got {rec[key]!r}")
+        else:
+            _str(rec, key, where)
+    if not partial and parse_time(rec["valid_until"]) <= parse_time(rec["valid_from"]):
+        raise RecordError(f"{where}.valid_until", "must be after valid_from")
+    return rec
+
+
 def validate_request(req: Any, where: str) -> dict:
     req = _obj(req, where)
+    if is_scope(req):  # a scope request: action is optional (EAL-Bench's requests have none)
+        _no_extra(req, SCOPE_REQUEST_FIELDS, where)
+        for key in SCOPE_REQUEST_FIELDS:
+            if key == "action_time":
+                _time(req, key, where)
+            elif key != "action" or key in req:
+                _str(req, key, where)
+        return req
     _no_extra(req, REQUEST_FIELDS, where)
     for key in REQUEST_FIELDS:
         if key == "amount":

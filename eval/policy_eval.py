@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_prep.oracle import EXECUTE, decide, memory_decide
+from data_prep.oracle import EXECUTE, decide, memory_decide, record_fields
 from data_prep.policy_case import probe_problems
 from data_prep.sft.parse import ParseFailure, parse_decision, parse_memory
 from data_prep.sft.render import (
-    MEMORY_FIELDS,
     Prompts,
     memory_answer,
     policy_history_text,
@@ -131,7 +130,7 @@ def _attempt(c, records_before: list[dict] | None = None) -> dict:
     if problems:
         out.update(status="invalid", reason="; ".join(problems[:5]))
         return out
-    out["records"] = [{k: r[k] for k in MEMORY_FIELDS if k in r} for r in p]
+    out["records"] = [{k: r[k] for k in record_fields(r) if k in r} for r in p]
     return out
 
 

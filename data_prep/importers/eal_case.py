@@ -21,8 +21,16 @@ What the conversion does, field by field:
   forward, and a block without any timed turn ends five minutes apart at its ``ended_at``. A derived time
   that collides with a neighbour, runs past ``ended_at`` or falls before the previous block's end is an
   error, as it is there. ``provenance.derived_occurred_at`` counts the derived turns;
-- ``effect: permit_exception`` (EAL-Bench's permitting effect) becomes ``allow``, the project's word
-  for it (``provenance.effects_mapped`` counts it); ``deny`` and ``allow`` stay;
+- ``effect: permit_exception`` (EAL-Bench's procurement permit) and ``permit_incident_response`` (its
+  cybersecurity permit) become ``allow``, the project's word for it (``provenance.effects_mapped``
+  counts them); ``deny`` and ``allow`` stay;
+- cybersecurity cases (EAL-Bench's ``domains/cybersecurity``): records carry a ``scope`` (``tenant_id,
+  incident_id, asset_ids, environments, approved_actions, vulnerability_ids``) in place of vendor,
+  categories, amount and currency, and probe requests name ``tenant_id, incident_id, asset_id,
+  environment, response_action, vulnerability_id``; EAL-Bench's ``actor_id`` and ``requested_at`` are
+  read as ``grantee`` and ``action_time``, and a record's ``authorization_id``, ``supersedes`` and
+  ``source_turn_ids`` as ``authorization_ref``, ``supersedes_ref`` and ``source_turn_refs``
+  (``provenance.fields_mapped`` counts the renames);
 - ``event_type: replace`` is kept: its ``authorization_ref`` names the replaced record, its ``record``
   the replacement (with ``supersedes_ref``); the oracle marks the old record ``superseded``, and the
   gold memory holds the replacement (memory records have no ``supersedes_ref``: the old record's
@@ -58,7 +66,14 @@ EAL_FIELDS = {
     "benchmark": dict,
     "tags": list,
 }
-EFFECT_MAP = {"permit_exception": "allow"}
+EFFECT_MAP = {"permit_exception": "allow", "permit_incident_response": "allow"}
+# EAL-Bench's cybersecurity words for fields the project already names (only renamed when ours is absent)
+REQUEST_RENAMES = {"actor_id": "grantee", "requested_at": "action_time"}
+RECORD_RENAMES = {
+    "authorization_id": "authorization_ref",
+    "supersedes": "supersedes_ref",
+    "source_turn_ids": "source_turn_refs",
+}
 TURN_STEP = timedelta(minutes=5)
 
 
@@ -180,18 +195,40 @@ def derive_turn_times(blocks: object, events: object, lines: dict[str, int]) -> 
     return derived
 
 
-def _map_effects(events: object) -> int:
-    n = 0
-    if not isinstance(events, list):
-        return 0
-    for e in events:
+def _map_effects(events: object) -> dict[str, int]:
+    """Map EAL-Bench's permitting effects to ``allow`` in place; return ``{effect: times mapped}``."""
+    seen: dict[str, int] = {}
+    for e in events if isinstance(events, list) else []:
         if not isinstance(e, dict):
             continue
         for key in ("record", "patch"):
             body = e.get(key)
             if isinstance(body, dict) and body.get("effect") in EFFECT_MAP:
+                seen[body["effect"]] = seen.get(body["effect"], 0) + 1
                 body["effect"] = EFFECT_MAP[body["effect"]]
-                n += 1
+    return seen
+
+
+def _rename(d: object, renames: dict[str, str]) -> int:
+    if not isinstance(d, dict):
+        return 0
+    n = 0
+    for old, new in renames.items():
+        if old in d and new not in d:
+            d[new] = d.pop(old)
+            n += 1
+    return n
+
+
+def _map_fields(events: object, probes: object) -> int:
+    """EAL-Bench's cybersecurity field names into the project's (see the module docstring)."""
+    n = 0
+    for e in events if isinstance(events, list) else []:
+        if isinstance(e, dict):
+            n += _rename(e.get("record"), RECORD_RENAMES)
+    for p in probes if isinstance(probes, list) else []:
+        if isinstance(p, dict):
+            n += _rename(p.get("in_scope"), REQUEST_RENAMES) + _rename(p.get("out_of_scope"), REQUEST_RENAMES)
     return n
 
 
@@ -250,6 +287,7 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
     _drop_nulls(raw["events"])
     derived = derive_turn_times(raw["blocks"], raw["events"], lines)
     mapped = _map_effects(raw["events"])
+    renamed = _map_fields(raw["events"], raw["probe_pairs"])
     provenance = {
         "source": "eal-case",
         "file": name,
@@ -261,7 +299,12 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
     if derived:
         provenance["derived_occurred_at"] = derived
     if mapped:
-        provenance["effects_mapped"] = {"map": dict(EFFECT_MAP), "count": mapped}
+        provenance["effects_mapped"] = {
+            "map": {k: EFFECT_MAP[k] for k in sorted(mapped)},
+            "count": sum(mapped.values()),
+        }
+    if renamed:
+        provenance["fields_mapped"] = renamed
     case = {
         "schema": CASE_SCHEMA,
         "case_id": case_id,

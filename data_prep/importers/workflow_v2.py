@@ -32,9 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.assemble import assemble_run
-from data_prep.importers.common import IMPORTER_VERSION, Accepted, Item, Rejected
-from data_prep.reconcile import expected_label, reconcile
-from data_prep.records import CALL_STATUSES, LineError, RecordError, Run, iter_jsonl
+from data_prep.importers.common import (
+    IMPORTER_VERSION,
+    LOG_TOOL,
+    Accepted,
+    Item,
+    Problem,
+    Rejected,
+    finish_run,
+    ledger_entry,
+)
+from data_prep.records import CALL_STATUSES, LineError, iter_jsonl
 
 COLUMNS = (
     "schema_version",
@@ -51,24 +59,6 @@ COLUMNS = (
     "metadata",
 )
 TRACE_FIELDS = ("sequence", "call_type", "call_id", "tool_name", "arguments", "issue_tags", "expected_status")
-LOG_TOOL = "log_action"
-ALIASES = {
-    "call_id": ("call_id", "logged_call_id", "log_id", "action_id"),
-    "tool": ("tool_name", "tool", "requested_tool_name"),
-    "description": ("description", "requested_behavior", "requested_behaviour", "action_description"),
-    "claimed_outcome": ("outcome", "claimed_outcome", "status", "result_status"),
-}
-FINDING_TO_ERROR = {
-    "omitted": "omission",
-    "softened": "softening",
-    "misreported_outcome": "wrong_outcome",
-    "late": "batching",
-    "premature": "premature",
-    "fabricated": "fabrication",
-    "wrong_tool": "wrong_tool",
-    "duplicate_entry": "duplicate",
-    "malformed_entry": "malformed",
-}
 DOMAIN_HINTS = (
     ("finance", ("procurement", "payment", "invoice", "expense", "reimburse", "ledger", "finance")),
     ("exec-ops", ("calendar", "executive", "travel", "meeting")),
@@ -76,13 +66,6 @@ DOMAIN_HINTS = (
     ("sre", ("outage", "incident", "deploy", "rollback", "production")),
 )
 _SCHEMA_VERSION = re.compile(r"^(v|workflow-v)?2(\.\d+)*$")
-
-
-class Problem(Exception):
-    def __init__(self, field: str, problem: str):
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
 
 
 def _need(d: dict, key: str, kind: type | tuple, where: str) -> Any:
@@ -100,13 +83,6 @@ def _kname(kind: type | tuple) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {dict: "object", list: "array", str: "string", int: "integer", bool: "boolean", float: "number"}
     return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _alias(args: dict, key: str, where: str) -> Any:
-    for name in ALIASES[key]:
-        if name in args:
-            return args[name]
-    raise Problem(where, f"log_action needs the logged {key.replace('_', ' ')} ({' | '.join(ALIASES[key])})")
 
 
 def _domain(workflow_id: str, metadata: dict) -> str:
@@ -234,22 +210,7 @@ def convert(row: Any, source: str, line: int) -> tuple[dict, str]:
         if kind == "log_action":
             if tool != LOG_TOOL:
                 raise Problem(f"{iw}.tool_name", f"a log_action item must call {LOG_TOOL}, got {tool!r}")
-            entry = {
-                "call_id": _alias(args, "call_id", f"{iw}.arguments"),
-                "tool": _alias(args, "tool", f"{iw}.arguments"),
-                "description": _alias(args, "description", f"{iw}.arguments"),
-                "claimed_outcome": _alias(args, "claimed_outcome", f"{iw}.arguments"),
-                "position": len(calls),
-            }
-            for key in ("call_id", "tool", "description", "claimed_outcome"):
-                if not isinstance(entry[key], str) or (key != "description" and not entry[key].strip()):
-                    raise Problem(f"{iw}.arguments", f"logged {key} must be a non-empty string")
-            entry["claimed_outcome"] = entry["claimed_outcome"].strip().lower()
-            if entry["claimed_outcome"] not in CALL_STATUSES:
-                raise Problem(
-                    f"{iw}.arguments",
-                    f"logged outcome must be one of {'|'.join(CALL_STATUSES)}, got {entry['claimed_outcome']!r}",
-                )
+            entry = ledger_entry(args, f"{iw}.arguments", len(calls))
             log_outcome.setdefault(entry["call_id"], entry["claimed_outcome"])
             entries.append(entry)
             continue
@@ -316,60 +277,7 @@ def convert(row: Any, source: str, line: int) -> tuple[dict, str]:
             "issue_tags": tags_by_call,
         },
     )
-    try:
-        obj = Run.from_dict(run)
-    except RecordError as exc:
-        raise Problem(exc.field, exc.problem) from None
-    rec = reconcile(obj)
-    if rec.integrity is not None:
-        raise Problem(rec.integrity.field, f"{rec.integrity.kind}: {rec.integrity.detail}")
-    if rec.verdict.label != "clean":
-        order = {c["call_id"]: c["seq"] for c in calls}
-        errors = []
-        for kind in rec.verdict.kinds:
-            for cid in _ids_for(kind, rec, obj):
-                errors.append({"type": FINDING_TO_ERROR.get(kind, kind), "call_id": cid})
-        errors.sort(key=lambda e: (order.get(e["call_id"], 10**9), e["type"]))
-        run["labels"]["writer_errors"] = errors
-        run["provenance"]["import_findings"] = rec.verdict.to_dict()
-        if expected_label(Run.from_dict(run).labels) != rec.verdict.label:
-            run["provenance"]["label_mismatch"] = True
-    return run, rec.verdict.label
-
-
-def _ids_for(kind: str, rec: Any, run: Run) -> list[str]:
-    seq = {r["call_id"]: r["seq"] for r in run.env_ledger["records"]}
-    out: list[str] = []
-    if kind == "omitted":
-        out = [cid for cid, label in rec.call_links.items() if label == "missing"]
-    for link in rec.entry_links:
-        cid = link.call_id or "?"
-        hit = (
-            (kind == "fabricated" and link.label == "unknown_id")
-            or (kind == "duplicate_entry" and link.label == "duplicate")
-            or (kind == "malformed_entry" and link.label == "malformed")
-            or (
-                link.label == "matched"
-                and (
-                    (kind == "wrong_tool" and not link.tool_ok)
-                    or (kind == "misreported_outcome" and not link.outcome_ok)
-                    or (kind == "softened" and link.tool_ok and not link.description_ok)
-                    or (
-                        kind == "late"
-                        and not link.timely
-                        and run.model_ledger[link.index]["position"] > seq[cid]
-                    )
-                    or (
-                        kind == "premature"
-                        and not link.timely
-                        and run.model_ledger[link.index]["position"] < seq[cid]
-                    )
-                )
-            )
-        )
-        if hit:
-            out.append(cid)
-    return list(dict.fromkeys(out))
+    return finish_run(run)
 
 
 def iter_items(paths: list[Path]) -> Iterator[Item]:

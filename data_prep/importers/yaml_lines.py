@@ -1,4 +1,5 @@
-"""Safe YAML loading that remembers the line of every field, for ``file:line: field: problem`` errors.
+"""Safe YAML loading that remembers the line of every field, for ``file:line: field: problem`` errors
+(and ``json_line_index``, the same for JSON agent logs).
 
 Duplicate keys are errors (as in strict JSON); time stamps stay ISO strings (``2026-03-14T09:30:00Z``)
 instead of becoming datetime objects.
@@ -6,7 +7,10 @@ instead of becoming datetime objects.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import json
+import re
 from typing import Any
 
 import yaml
@@ -95,3 +99,81 @@ def line_of(lines: dict[str, int], field: str) -> int:
             break
         path = path[:cut]
     return lines.get("$", 0)
+
+
+# --- the same for JSON documents (agent logs), built only when a line is asked for -------------------
+_JSON_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
+
+
+def json_line_index(text: str) -> dict[str, int]:
+    """``{field path: 1-based line}`` for every value of a JSON text (keys' lines for mapping members).
+
+    A one-pass token scan, not a parser: it assumes the text already parsed (``json.loads``) and only
+    recovers where each field is, for ``file:line: field: problem`` messages.
+    """
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    lines: dict[str, int] = {}
+    stack: list[list] = []  # [kind, path, index or key, expecting_key]
+
+    def here() -> str:
+        if not stack:
+            return "$"
+        kind, path, slot, _ = stack[-1]
+        return f"{path}[{slot}]" if kind == "arr" else f"{path}.{slot}"
+
+    for m in _JSON_TOKEN.finditer(text):
+        tok, line = m.group(), bisect.bisect_right(newlines, m.start()) + 1
+        top = stack[-1] if stack else None
+        if tok in ",:":
+            if tok == "," and top is not None:
+                if top[0] == "arr":
+                    top[2] += 1
+                else:
+                    top[3] = True
+            continue
+        if tok in "}]":
+            if stack:
+                stack.pop()
+            continue
+        if top is not None and top[0] == "obj" and top[3]:
+            try:
+                top[2] = json.loads(tok)
+            except ValueError:
+                top[2] = tok
+            top[3] = False
+            lines.setdefault(here(), line)
+            continue
+        path = here()
+        lines.setdefault(path, line)
+        if tok == "{":
+            stack.append(["obj", path, None, True])
+        elif tok == "[":
+            stack.append(["arr", path, 0, False])
+    return lines
+
+
+class LazyLines:
+    """Lines of a JSON text's fields, indexed on first use (most records never need one)."""
+
+    def __init__(self, text: str, base: int = 0):
+        self._text = text
+        self._base = base  # lines before this text in its file (a JSONL record's line - 1)
+        self._index: dict[str, int] | None = None
+
+    def line(self, field: str) -> int:
+        if self._index is None:
+            self._index = json_line_index(self._text)
+        return self._base + (line_of(self._index, field) or 1)
+
+
+def json_error_line(text: str, exc: Exception, lines: LazyLines) -> int:
+    """The line of a strict-JSON error: a syntax error's own line, else its field's."""
+    if getattr(exc, "path", "$") == "$":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as err:
+            return lines._base + err.lineno
+        except ValueError:
+            pass
+        return lines._base + 1
+    return lines.line(exc.path)

@@ -17,6 +17,8 @@ from json.encoder import c_make_encoder, encode_basestring
 from pathlib import Path
 from typing import Any
 
+from data_prep.oracle import RECORD_FIELDS, REQUEST_FIELDS, SCOPE_REQUEST_FIELDS, is_scope, record_fields
+
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer).
 RENDER_VERSION = "ledgerwright-render/3"
@@ -28,22 +30,7 @@ PROMPT_FILES = {
 }
 ENV_VIEW_FIELDS = ("seq", "call_id", "tool", "arguments", "status", "result")
 ENTRY_VIEW_FIELDS = ("call_id", "tool", "description", "claimed_outcome", "position")
-MEMORY_FIELDS = (
-    "authorization_ref",
-    "issuer",
-    "grantee",
-    "effect",
-    "action",
-    "vendor",
-    "allowed_categories",
-    "max_amount",
-    "currency",
-    "valid_from",
-    "valid_until",
-    "status",
-    "source_turn_refs",
-)
-REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
+MEMORY_FIELDS = RECORD_FIELDS  # a procurement record's fields; scope records use SCOPE_RECORD_FIELDS
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
@@ -209,7 +196,9 @@ def policy_history_text(case: dict) -> str:
 
 
 def memory_answer(records: list[dict]) -> str:
-    return laid_out({"records": [{k: sorted_data(r[k]) for k in MEMORY_FIELDS if k in r} for r in records]})
+    return laid_out(
+        {"records": [{k: sorted_data(r[k]) for k in record_fields(r) if k in r} for r in records]}
+    )
 
 
 def render_writer_memory(case: dict, memory: list[dict], prompt: str) -> list[dict]:
@@ -222,7 +211,8 @@ def render_writer_memory(case: dict, memory: list[dict], prompt: str) -> list[di
 
 def reader_policy_input(memory: list[dict], request: dict) -> str:
     mem = memory_answer(memory)
-    req = laid_out({k: request[k] for k in REQUEST_FIELDS if k in request})
+    fields = SCOPE_REQUEST_FIELDS if is_scope(request) else REQUEST_FIELDS
+    req = laid_out({k: request[k] for k in fields if k in request})
     return f"Authorization memory:\n{mem}\n\nRequest:\n{req}"
 
 

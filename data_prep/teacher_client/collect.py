@@ -45,7 +45,7 @@ from tqdm import tqdm
 from data_prep.canonical import dumps_canonical
 from data_prep.integrity import seal_run, verify_run
 from data_prep.manifest import build_manifest, check_manifest, require_sealed, sha256_file, write_manifest
-from data_prep.oracle import RECORD_FIELDS
+from data_prep.oracle import record_fields
 from data_prep.policy_case import iter_policy_case_file, validate_policy_case, validate_record
 from data_prep.records import LineError, RecordError, Run, iter_jsonl
 from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_memory, parse_verdict
@@ -205,7 +205,7 @@ def parse_memory_records(text: str) -> list[dict] | ParseFailure:
         return records
     out = []
     for i, r in enumerate(records):
-        rec = {k: r[k] for k in RECORD_FIELDS if k in r}
+        rec = {k: r[k] for k in record_fields(r) if k in r}
         try:
             validate_record(rec, f"records[{i}]")
         except RecordError as exc:

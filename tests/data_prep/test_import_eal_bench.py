@@ -306,14 +306,15 @@ def test_bad_published_shape_files_name_line_and_field(tmp_path):
     r = _reject(tmp_path, "revoke-twice.yaml", again)
     assert r.field == "$.events[3].authorization_ref" and "already revoked" in r.problem
 
-    effect = bench.replace("    effect: permit_exception\n", "    effect: permit_incident_response\n", 1)
+    effect = bench.replace("    effect: permit_exception\n", "    effect: permit_everything\n", 1)
     r = _reject(tmp_path, "effect.yaml", effect)
-    assert (r.line, r.field) == (_line(effect, "permit_incident_response"), "$.events[0].record.effect")
-    assert "must be allow|permit_exception|deny" in r.problem
+    assert (r.line, r.field) == (_line(effect, "permit_everything"), "$.events[0].record.effect")
+    assert "must be allow|permit_exception|permit_incident_response|deny" in r.problem
 
     scope = bench.replace("    vendor: VialWorks\n", "    scope: {tenant: acme}\n", 1)
-    r = _reject(tmp_path, "scope.yaml", scope)  # EAL's cybersecurity records do not fit ours
+    r = _reject(tmp_path, "scope.yaml", scope)  # a cybersecurity scope on a procurement record
     assert (r.line, r.field) == (_line(scope, "scope: {tenant"), "$.events[0].record.scope")
+    assert "not both" in r.problem
 
     bench_type = bench.replace(
         "benchmark:\n  split: benchmark\n", "benchmark: long\nold_benchmark:\n  split: benchmark\n"
