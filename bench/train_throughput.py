@@ -62,7 +62,8 @@ def _step_timer():
 def cpu_bench(args) -> dict:
     import torch
 
-    from train.config import default_cache_dir, load_preset, parse_config
+    from data_prep.embedded import default_cache_dir
+    from train.config import load_preset, parse_config
     from train.data import length_stats, load_tasks, resolve_sft_dir, sample_train
     from train.modeling import load_tokenizer
     from train.recipe import _setup_logging, make_trainer

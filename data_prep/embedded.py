@@ -22,7 +22,10 @@ DEFAULT_BUILD_CONFIG = REPO_ROOT / "configs" / "data" / "default.yaml"
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("LEDGERWRIGHT_CACHE", REPO_ROOT / ".cache" / "ledgerwright"))
+    """``$LEDGERWRIGHT_CACHE``, or ``.cache/ledgerwright`` in the repository when unset or empty: the
+    one definition every stage (build, training, evaluation) resolves the embedded default with."""
+    env = os.environ.get("LEDGERWRIGHT_CACHE")
+    return Path(env) if env else REPO_ROOT / ".cache" / "ledgerwright"
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_prep.embedded import default_cache_dir
 from data_prep.integrity import verify_run
 from data_prep.manifest import sha256_file
 from data_prep.records import LineError, Run, iter_runs
@@ -35,12 +36,6 @@ class Selection:
     available: int
     problems: list[str] = field(default_factory=list)
     fingerprint: str = ""
-
-
-def default_cache_dir() -> Path:
-    from data_prep.embedded import default_cache_dir as dcd
-
-    return Path(dcd())
 
 
 def resolve_default(

@@ -138,7 +138,7 @@ def prepare_cache(sweep: Sweep) -> None:
         if key in done or (cfg.data_dir is not None and cfg.model != TINY):
             continue
         done.add(key)
-        from train.config import default_cache_dir
+        from data_prep.embedded import default_cache_dir
         from train.data import resolve_sft_dir
 
         cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()

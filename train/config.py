@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -270,11 +269,6 @@ class TrainConfig:
     def config_hash(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("LEDGERWRIGHT_CACHE")
-    return Path(env) if env else REPO_ROOT / ".cache" / "ledgerwright"
 
 
 def resolve_repo_path(path: str | None) -> Path | None:

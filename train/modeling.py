@@ -221,12 +221,6 @@ def lora_config(cfg: TrainConfig):
     )
 
 
-def count_4bit_linears(model) -> int:
-    import bitsandbytes as bnb
-
-    return sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
-
-
 def load_trained(ckpt_dir: str | Path, *, base: str | None = None):
     """(model, tokenizer) of a checkpoint directory: its base loaded as it was trained (4-bit when it
     was), with the adapter on top, in eval mode. ``base`` overrides the recorded base model path."""

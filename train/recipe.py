@@ -25,9 +25,12 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from train.config import TINY, ConfigError, TrainConfig, default_cache_dir, dump_yaml, report_to_list
+from data_prep.embedded import default_cache_dir
+from train.config import TINY, ConfigError, TrainConfig, dump_yaml, report_to_list
 
 logger = logging.getLogger("ledgerwright.train")
 
@@ -235,42 +238,85 @@ def make_trainer(
     return trainer
 
 
+@dataclass
+class Session:
+    """What the stages of one training run share: its config, the process state, where it writes,
+    and the seconds each stage took (recorded in the manifest)."""
+
+    cfg: TrainConfig
+    state: Any
+    cache_dir: Path
+    output_dir: Path
+    command: str = ""
+    t_start: float = field(default_factory=time.time)
+    timings: dict[str, float] = field(default_factory=dict)
+    lengths: dict[str, Any] = field(default_factory=dict)  # length stats per split (fit)
+    resumed_from: str | None = None  # the trainer checkpoint continued (fit)
+
+    @property
+    def main(self) -> bool:
+        return self.state.is_main_process
+
+
+@dataclass
+class Prepared:
+    """The data stage's result: the build, its rows, the sampled training and validation rows."""
+
+    sft_dir: Path
+    data: Any
+    train_rows: list[dict]
+    eval_rows: list[dict]
+
+
+@dataclass
+class Base:
+    """The base stage's result: where the base model is, its name, and (tiny) its pretraining record."""
+
+    path: Path | str
+    name: str
+    tokenizer: Any
+    pretrain: dict | None = None
+
+
 def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
     """Train and write the checkpoint directory; returns its path. ``callbacks`` are extra
-    TrainerCallbacks (tests use one to keep the trained model)."""
-    t_start = time.time()
+    TrainerCallbacks (tests use one to keep the trained model). The stages, in order:
+    ``prepare_data`` -> ``prepare_base`` -> ``fit`` -> ``write_checkpoint``."""
     check_report_to(cfg.report_to)  # fail before any expensive step
     setup_environment(cfg)
     _setup_logging()
-
     import torch
     from accelerate import PartialState
-    from accelerate.utils import gather_object
-    from transformers.trainer_utils import get_last_checkpoint
-
-    from train import data as D
-    from train.augment import rename_tools
-    from train.manifest import code_revision, file_digests, hardware, versions, write_json
-    from train.modeling import compute_dtype, load_tokenizer
-    from train.report import model_card, parse_check, plot_losses
 
     state = PartialState(cpu=not torch.cuda.is_available())
     _set_threads(cfg, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    main = state.is_main_process
     cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
-    output_dir = Path(cfg.output_dir)
+    session = Session(cfg, state, cache_dir, Path(cfg.output_dir), command)
+    prepared = prepare_data(session)
+    base = prepare_base(session, prepared.sft_dir)
+    trainer, train_out, final_eval = fit(session, prepared, base, callbacks)
+    write_checkpoint(session, prepared, base, trainer, train_out, final_eval)
+    state.wait_for_everyone()
+    return session.output_dir
 
-    # data
-    with state.main_process_first():
-        sft_dir = D.resolve_sft_dir(cfg.data_dir, cache_dir)
-    timings = {"startup_and_data": time.time() - t_start}
+
+def prepare_data(s: Session) -> Prepared:
+    """The SFT build (the embedded default is built in the cache when no --data-dir is given), the
+    sampled training examples (tools renamed when asked) and the validation rows."""
+    from train import data as D
+    from train.augment import rename_tools
+
+    cfg = s.cfg
+    with s.state.main_process_first():
+        sft_dir = D.resolve_sft_dir(cfg.data_dir, s.cache_dir)
+    s.timings["startup_and_data"] = time.time() - s.t_start
     data = D.load_tasks(sft_dir, cfg.sft_tasks)
     train_rows = D.sample_train(data, cfg.examples, cfg.seed, cfg.allow_upsample)
     train_rows = rename_tools(train_rows, cfg.seed, cfg.rename_tools)
     eval_rows = D.sample_eval(data, cfg.eval_examples)
     if not eval_rows:
         logger.warning("%s: no validation examples; no validation loss will be reported", sft_dir)
-    if main:
+    if s.main:
         logger.info(
             "data: %s tasks %s: %d training examples (of %d), %d validation, %d held-out",
             sft_dir,
@@ -280,213 +326,258 @@ def run(cfg: TrainConfig, *, command: str = "", callbacks=()) -> Path:
             len(eval_rows),
             len(data.splits["heldout"]),
         )
+    return Prepared(sft_dir, data, train_rows, eval_rows)
 
-    # base model
-    pretrain_info = None
-    if cfg.model == TINY:
-        from train.tiny import ensure_tiny_base
 
-        with state.main_process_first():
-            t_base = time.time()
-            model_path = ensure_tiny_base(sft_dir, cache_dir, cfg.tiny)
-            timings["base_model"] = time.time() - t_base
-        pretrain_info = json.loads((model_path / "pretrain.json").read_text(encoding="utf-8"))
-        pretrain_info.pop("train_loss", None)
-        base_name = model_path.name
-    else:
-        model_path = cfg.model
-        base_name = cfg.model
-    tokenizer = load_tokenizer(str(model_path), cfg)
+def prepare_base(s: Session, sft_dir: Path) -> Base:
+    """The base model: a hub id or local folder as given, or the embedded tiny base (built and
+    pretrained in the cache on first use); and its tokenizer with the training chat template."""
+    from train.modeling import load_tokenizer
 
-    # lengths and truncation
-    train_stats = D.length_stats(train_rows, tokenizer, cfg.max_length)
-    eval_stats = D.length_stats(eval_rows, tokenizer, cfg.max_length) if eval_rows else None
-    if main:
-        D.warn_truncation(train_stats, "training data")
-        if eval_stats:
-            D.warn_truncation(eval_stats, "validation data")
+    cfg = s.cfg
+    if cfg.model != TINY:
+        return Base(cfg.model, cfg.model, load_tokenizer(cfg.model, cfg))
+    from train.tiny import ensure_tiny_base
 
-    # resume
-    resume_from = None
-    if cfg.resume:
-        resume_from = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-        if resume_from is None:
-            logger.warning("--resume: no checkpoint in %s; training from the start", output_dir)
-        else:
-            diff = _checkpoint_config_diff(output_dir, cfg)
-            if diff:
-                raise ConfigError(
-                    f"--resume: {output_dir}/config.yaml differs from this run in {diff}; resuming would "
-                    "not continue the same run (use another --output-dir)"
-                )
-            logger.info("resuming from %s", resume_from)
-    elif main and output_dir.is_dir() and get_last_checkpoint(str(output_dir)):
-        logger.warning(
-            "%s already holds checkpoints of an earlier run; pass --resume to continue it", output_dir
+    with s.state.main_process_first():
+        t_base = time.time()
+        path = ensure_tiny_base(sft_dir, s.cache_dir, cfg.tiny)
+        s.timings["base_model"] = time.time() - t_base
+    pretrain = json.loads((path / "pretrain.json").read_text(encoding="utf-8"))
+    pretrain.pop("train_loss", None)
+    return Base(path, path.name, load_tokenizer(str(path), cfg), pretrain)
+
+
+def resume_point(s: Session) -> str | None:
+    """The trainer checkpoint to continue from (--resume), refusing one of a different run."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = s.output_dir
+    if not s.cfg.resume:
+        if s.main and out.is_dir() and get_last_checkpoint(str(out)):
+            logger.warning(
+                "%s already holds checkpoints of an earlier run; pass --resume to continue it", out
+            )
+        return None
+    found = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if found is None:
+        logger.warning("--resume: no checkpoint in %s; training from the start", out)
+        return None
+    diff = _checkpoint_config_diff(out, s.cfg)
+    if diff:
+        raise ConfigError(
+            f"--resume: {out}/config.yaml differs from this run in {diff}; resuming would "
+            "not continue the same run (use another --output-dir)"
         )
-    if main:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.yaml").write_text(dump_yaml(cfg), encoding="utf-8")
+    logger.info("resuming from %s", found)
+    return found
 
+
+def fit(s: Session, prepared: Prepared, base: Base, callbacks=()):
+    """Train the adapter (resuming when asked) and take the final validation loss; returns
+    (trainer, train output, final eval metrics)."""
+    from train import data as D
+
+    cfg = s.cfg
+    s.lengths = {
+        "train": D.length_stats(prepared.train_rows, base.tokenizer, cfg.max_length),
+        "validation": D.length_stats(prepared.eval_rows, base.tokenizer, cfg.max_length)
+        if prepared.eval_rows
+        else None,
+    }
+    if s.main:
+        D.warn_truncation(s.lengths["train"], "training data")
+        if s.lengths["validation"]:
+            D.warn_truncation(s.lengths["validation"], "validation data")
+    s.resumed_from = resume_point(s)
+    if s.main:
+        s.output_dir.mkdir(parents=True, exist_ok=True)
+        (s.output_dir / "config.yaml").write_text(dump_yaml(cfg), encoding="utf-8")
     trainer = make_trainer(
         cfg,
-        str(model_path),
-        tokenizer,
-        train_rows,
-        eval_rows,
-        output_dir,
-        resuming=resume_from is not None,
+        str(base.path),
+        base.tokenizer,
+        prepared.train_rows,
+        prepared.eval_rows,
+        s.output_dir,
+        resuming=s.resumed_from is not None,
         extra_callbacks=callbacks,
     )
-    model = trainer.model
-    if main:
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if s.main:
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         logger.info(
             "model: %s, attention %s, 4-bit %s, %d trainable adapter parameters; world size %d",
-            base_name,
+            base.name,
             trainer.ledgerwright_attn,
             cfg.load_in_4bit,
             trainable,
-            state.num_processes,
+            s.state.num_processes,
         )
-
     t_train = time.time()
-    train_out = trainer.train(resume_from_checkpoint=resume_from)
-    train_seconds = time.time() - t_train
-    timings["train"] = train_seconds
+    train_out = trainer.train(resume_from_checkpoint=s.resumed_from)
+    s.timings["train"] = time.time() - t_train
     t_eval = time.time()
     last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
     if last is not None and last.get("step") == trainer.state.global_step:
         final_eval = {"eval_loss": last["eval_loss"]}  # already evaluated at the last step
     else:
-        final_eval = trainer.evaluate() if eval_rows else {}
-    timings["final_eval"] = time.time() - t_eval
+        final_eval = trainer.evaluate() if prepared.eval_rows else {}
+    s.timings["final_eval"] = time.time() - t_eval
+    return trainer, train_out, final_eval
 
-    digests = gather_object([_param_digest(model)])
-    trainer.save_model(str(output_dir))  # adapter + tokenizer (and chat template); main process writes
 
-    if main:
-        log_history = trainer.state.log_history
-        write_json(output_dir / "log_history.json", {"log_history": log_history})
-        (output_dir / "train_ids.json").write_text(
-            json.dumps({"task": cfg.task, "seed": cfg.seed, "ids": [r["id"] for r in train_rows]}, indent=0)
-            + "\n",
-            encoding="utf-8",
-        )
-        pc = None
-        if cfg.parse_check_examples > 0 and data.splits["heldout"]:
-            heldout = data.splits["heldout"]
-            # a spread over the held-out rows, the same for every seed
-            step = max(1, len(heldout) // cfg.parse_check_examples)
-            sample = heldout[::step][: cfg.parse_check_examples]
-            t_pc = time.time()
-            pc = parse_check(model, tokenizer, sample, len(sample), max_prompt_tokens=cfg.max_length)
-            timings["parse_check"] = time.time() - t_pc
-            logger.info(
-                "held-out parse check: %d/%d answers parse as JSON (%d exact)",
-                pc["parsed"],
-                pc["answers"],
-                pc["exact"],
-            )
-        evals = [h["eval_loss"] for h in log_history if "eval_loss" in h]
-        losses = [h["loss"] for h in log_history if "loss" in h]
-        local_base = None
-        if cfg.model == TINY:
-            local_base = "base-model"
-            shutil.rmtree(output_dir / local_base, ignore_errors=True)
-            shutil.copytree(model_path, output_dir / local_base)
-        plot_losses(
-            log_history,
-            output_dir / "loss_curves.png",
-            f"{cfg.role} ({cfg.task}), {len(train_rows)} examples, seed {cfg.seed}",
-        )
-        ids_text = "\n".join(r["id"] for r in train_rows)
-        manifest = {
-            "stage": "train",
-            "role": cfg.role,
-            "task": cfg.task,
-            "tasks": cfg.sft_tasks,
-            "output_dir": str(output_dir),
-            "command": command,
-            "code": code_revision(),
-            "versions": versions(),
-            "config": cfg.to_dict(),
-            "config_hash": cfg.config_hash(),
-            "base_model": {
-                "name": base_name,
-                "path": str(Path(model_path).resolve()) if cfg.model == TINY else str(model_path),
-                "local_copy": local_base,
-                "revision": cfg.revision,
-                "pretrain": pretrain_info,
-            },
-            "attn_implementation": {"requested": cfg.attn_implementation, "used": trainer.ledgerwright_attn},
-            "quantization": {
-                "load_in_4bit": cfg.load_in_4bit,
-                "quant_type": cfg.bnb_4bit_quant_type,
-                "double_quant": cfg.bnb_4bit_use_double_quant,
-                "compute_dtype": str(compute_dtype(cfg)).replace("torch.", ""),
-                "quant_storage": cfg.bnb_4bit_quant_storage
-                or (
-                    str(compute_dtype(cfg)).replace("torch.", "")
-                    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-                    else "uint8"
-                ),
-            },
-            "adapter_dtype": str(compute_dtype(cfg)).replace("torch.", ""),
-            "dataset": {
-                "sft_dir": str(sft_dir),
-                "fingerprints": data.fingerprints,
-                "digest": D.content_digest(train_rows),
-                "train_available": len(data.splits["train"]),
-                "validation_used": len(eval_rows),
-            },
-            "examples": len(train_rows),
-            "example_ids_sha256": "sha256:" + hashlib.sha256(ids_text.encode()).hexdigest(),
-            "seed": cfg.seed,
-            "world_size": state.num_processes,
-            "hardware": hardware(state.num_processes),
-            "lengths": {
-                "train": train_stats.as_dict(),
-                "validation": eval_stats.as_dict() if eval_stats else None,
-            },
-            "tokens_seen": int(trainer.state.num_input_tokens_seen),
-            "wall_seconds": round(time.time() - t_start, 1),
-            "train_seconds": round(train_seconds, 1),
-            "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
-            "resumed_from": Path(resume_from).name if resume_from else None,
-            "results": {
-                "global_step": trainer.state.global_step,
-                "epochs": trainer.state.epoch,
-                "train_loss_final": losses[-1] if losses else None,
-                "train_loss_mean": train_out.training_loss,
-                "eval_loss_initial": evals[0] if evals else None,
-                "eval_loss_final": final_eval.get("eval_loss"),
-                "parse_check": pc,
-            },
-            "distributed": {
-                "world_size": state.num_processes,
-                "param_digests": digests,
-                "ranks_agree": len(set(digests)) == 1,
-            },
-        }
-        if not manifest["distributed"]["ranks_agree"]:
-            logger.warning("adapter parameters differ between ranks: %s", digests)
-        (output_dir / "README.md").write_text(
-            model_card(cfg=cfg, manifest=manifest, command=command), encoding="utf-8"
-        )
-        manifest["outputs"] = file_digests(output_dir, exclude_dirs=("checkpoint-*",))
-        write_json(output_dir / "manifest.json", manifest)
-        r = manifest["results"]
-        logger.info(
-            "done in %.0f s: validation loss %s -> %s; %s tokens; wrote %s",
-            manifest["wall_seconds"],
-            f"{r['eval_loss_initial']:.4f}" if r["eval_loss_initial"] is not None else "n/a",
-            f"{r['eval_loss_final']:.4f}" if r["eval_loss_final"] is not None else "n/a",
-            f"{manifest['tokens_seen']:,}",
-            output_dir,
-        )
-    state.wait_for_everyone()
-    return output_dir
+def write_checkpoint(s: Session, prepared: Prepared, base: Base, trainer, train_out, final_eval) -> None:
+    """The checkpoint directory: adapter and tokenizer, log, example ids, held-out parse check, the
+    base's local copy (tiny), loss curves, model card and, last, the manifest of every file."""
+    from accelerate.utils import gather_object
+
+    from train.manifest import file_digests, write_json
+    from train.report import model_card, plot_losses
+
+    cfg, out = s.cfg, s.output_dir
+    digests = gather_object([_param_digest(trainer.model)])
+    trainer.save_model(str(out))  # adapter + tokenizer (and chat template); main process writes
+    if not s.main:
+        return
+    log_history = trainer.state.log_history
+    write_json(out / "log_history.json", {"log_history": log_history})
+    ids = [r["id"] for r in prepared.train_rows]
+    (out / "train_ids.json").write_text(
+        json.dumps({"task": cfg.task, "seed": cfg.seed, "ids": ids}, indent=0) + "\n", encoding="utf-8"
+    )
+    pc = heldout_parse_check(s, prepared, base, trainer.model)
+    local_base = None
+    if cfg.model == TINY:
+        local_base = "base-model"
+        shutil.rmtree(out / local_base, ignore_errors=True)
+        shutil.copytree(base.path, out / local_base)
+    plot_losses(
+        log_history, out / "loss_curves.png", f"{cfg.role} ({cfg.task}), {len(ids)} examples, seed {cfg.seed}"
+    )
+    manifest = checkpoint_manifest(s, prepared, base, trainer, train_out, final_eval, pc, local_base)
+    manifest["distributed"] = {
+        "world_size": s.state.num_processes,
+        "param_digests": digests,
+        "ranks_agree": len(set(digests)) == 1,
+    }
+    if not manifest["distributed"]["ranks_agree"]:
+        logger.warning("adapter parameters differ between ranks: %s", digests)
+    (out / "README.md").write_text(
+        model_card(cfg=cfg, manifest=manifest, command=s.command), encoding="utf-8"
+    )
+    manifest["outputs"] = file_digests(out, exclude_dirs=("checkpoint-*",))
+    write_json(out / "manifest.json", manifest)
+    r = manifest["results"]
+    logger.info(
+        "done in %.0f s: validation loss %s -> %s; %s tokens; wrote %s",
+        manifest["wall_seconds"],
+        f"{r['eval_loss_initial']:.4f}" if r["eval_loss_initial"] is not None else "n/a",
+        f"{r['eval_loss_final']:.4f}" if r["eval_loss_final"] is not None else "n/a",
+        f"{manifest['tokens_seen']:,}",
+        out,
+    )
+
+
+def heldout_parse_check(s: Session, prepared: Prepared, base: Base, model) -> dict | None:
+    """Greedy answers on a spread of held-out rows (the same for every seed); None when off."""
+    from train.report import parse_check
+
+    heldout = prepared.data.splits["heldout"]
+    n = s.cfg.parse_check_examples
+    if n <= 0 or not heldout:
+        return None
+    sample = heldout[:: max(1, len(heldout) // n)][:n]
+    t_pc = time.time()
+    pc = parse_check(model, base.tokenizer, sample, len(sample), max_prompt_tokens=s.cfg.max_length)
+    s.timings["parse_check"] = time.time() - t_pc
+    logger.info(
+        "held-out parse check: %d/%d answers parse as JSON (%d exact)",
+        pc["parsed"],
+        pc["answers"],
+        pc["exact"],
+    )
+    return pc
+
+
+def checkpoint_manifest(
+    s: Session, prepared: Prepared, base: Base, trainer, train_out, final_eval, pc, local_base
+):
+    """The checkpoint contract: what was trained, from which data and base, how, and the results.
+    Evaluation reads ``dataset.sft_dir`` to score the checkpoint on its own held-out families."""
+    from train import data as D
+    from train.manifest import code_revision, hardware, versions
+
+    cfg, state = s.cfg, trainer.state
+    log = state.log_history
+    evals = [h["eval_loss"] for h in log if "eval_loss" in h]
+    losses = [h["loss"] for h in log if "loss" in h]
+    ids_text = "\n".join(r["id"] for r in prepared.train_rows)
+    return {
+        "stage": "train",
+        "role": cfg.role,
+        "task": cfg.task,
+        "tasks": cfg.sft_tasks,
+        "output_dir": str(s.output_dir),
+        "command": s.command,
+        "code": code_revision(),
+        "versions": versions(),
+        "config": cfg.to_dict(),
+        "config_hash": cfg.config_hash(),
+        "base_model": {
+            "name": base.name,
+            "path": str(Path(base.path).resolve()) if cfg.model == TINY else str(base.path),
+            "local_copy": local_base,
+            "revision": cfg.revision,
+            "pretrain": base.pretrain,
+        },
+        "attn_implementation": {"requested": cfg.attn_implementation, "used": trainer.ledgerwright_attn},
+        "quantization": _quantization(cfg),
+        "adapter_dtype": _dtype_name(cfg),
+        "dataset": {
+            "sft_dir": str(prepared.sft_dir),
+            "fingerprints": prepared.data.fingerprints,
+            "digest": D.content_digest(prepared.train_rows),
+            "train_available": len(prepared.data.splits["train"]),
+            "validation_used": len(prepared.eval_rows),
+        },
+        "examples": len(prepared.train_rows),
+        "example_ids_sha256": "sha256:" + hashlib.sha256(ids_text.encode()).hexdigest(),
+        "seed": cfg.seed,
+        "world_size": s.state.num_processes,
+        "hardware": hardware(s.state.num_processes),
+        "lengths": {k: (v.as_dict() if v else None) for k, v in s.lengths.items()},
+        "tokens_seen": int(state.num_input_tokens_seen),
+        "wall_seconds": round(time.time() - s.t_start, 1),
+        "train_seconds": round(s.timings["train"], 1),
+        "timings_seconds": {k: round(v, 1) for k, v in s.timings.items()},
+        "resumed_from": Path(s.resumed_from).name if s.resumed_from else None,
+        "results": {
+            "global_step": state.global_step,
+            "epochs": state.epoch,
+            "train_loss_final": losses[-1] if losses else None,
+            "train_loss_mean": train_out.training_loss,
+            "eval_loss_initial": evals[0] if evals else None,
+            "eval_loss_final": final_eval.get("eval_loss"),
+            "parse_check": pc,
+        },
+    }
+
+
+def _dtype_name(cfg: TrainConfig) -> str:
+    from train.modeling import compute_dtype
+
+    return str(compute_dtype(cfg)).replace("torch.", "")
+
+
+def _quantization(cfg: TrainConfig) -> dict:
+    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    return {
+        "load_in_4bit": cfg.load_in_4bit,
+        "quant_type": cfg.bnb_4bit_quant_type,
+        "double_quant": cfg.bnb_4bit_use_double_quant,
+        "compute_dtype": _dtype_name(cfg),
+        "quant_storage": cfg.bnb_4bit_quant_storage or (_dtype_name(cfg) if fsdp else "uint8"),
+    }
 
 
 def main(role: str, argv: list[str] | None = None) -> int:

@@ -286,9 +286,12 @@ def test_without_data_dir_the_embedded_default_is_built_in_the_cache(monkeypatch
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):
-    from train.config import REPO_ROOT, default_cache_dir
+    from data_prep.embedded import default_cache_dir
+    from train.config import REPO_ROOT
 
     monkeypatch.setenv("LEDGERWRIGHT_CACHE", str(tmp_path))
     assert default_cache_dir() == tmp_path
     monkeypatch.delenv("LEDGERWRIGHT_CACHE")
+    assert default_cache_dir() == REPO_ROOT / ".cache" / "ledgerwright"
+    monkeypatch.setenv("LEDGERWRIGHT_CACHE", "")  # empty is unset, never the current directory
     assert default_cache_dir() == REPO_ROOT / ".cache" / "ledgerwright"

@@ -297,8 +297,3 @@ class BlockwiseAttentionFunction(torch.autograd.Function):
 def blockwise_attention_torch(q, k, v, p: Problem, kpm=None, amask=None, block=None):
     return BlockwiseAttentionFunction.apply(q, k, v, kpm, amask, p, block)
 
-
-def blockwise_attention_torch_with_lse(q, k, v, p: Problem, kpm=None, amask=None, block=None):
-    """Forward only, also returning the logsumexp (no autograd)."""
-    with torch.no_grad():
-        return attention_forward(q, k, v, kpm, amask, p, block)

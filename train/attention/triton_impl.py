@@ -823,11 +823,6 @@ def blockwise_attention_triton(q, k, v, p: Problem, kpm=None, amask=None, block=
     return TritonAttentionFunction.apply(q, k, v, kpm, amask, p, block)
 
 
-def triton_forward_with_lse(q, k, v, p: Problem, kpm=None, amask=None, block=None):
-    with torch.no_grad():
-        return triton_forward(q, k, v, kpm, amask, p, block)
-
-
 # ------------------------------------------------------------------------------------------------
 # offline check of the tile configurations (no GPU needed: Triton ships ptxas)
 # ------------------------------------------------------------------------------------------------
