@@ -40,6 +40,7 @@ from train.checkpoint import (
     checkpoint_digest,
     load_base_as_trained,
     read_checkpoint,
+    stop_token_ids,
 )
 
 logger = logging.getLogger("ledgerwright.eval")
@@ -307,17 +308,7 @@ class TransformersBackend(Backend):
         }
 
     def _stop_ids(self, model) -> list[int]:
-        tok = self.tokenizer
-        gc = getattr(model, "generation_config", None)
-        ids = gc.eos_token_id if gc is not None else None
-        ids = [ids] if isinstance(ids, int) else list(ids or [])
-        for t in (*STOP_TOKENS, tok.eos_token):
-            if not t:
-                continue
-            tid = tok.convert_tokens_to_ids(t)
-            if isinstance(tid, int) and tid != tok.unk_token_id and tid not in ids:
-                ids.append(tid)
-        return ids
+        return stop_token_ids(self.tokenizer, model)
 
     def _max_input(self, model, max_new: int) -> int:
         if self.decoding.max_input_tokens:
