@@ -9,6 +9,7 @@ FORMAT and what SRC (a file, or a directory of such files) holds:
   runs          *.jsonl, the project's own ledger-run/v1 records
   inspect-log   *.eval / *.json, inspect_ai eval logs (one run per sample and epoch)
   otel-genai    *.json / *.jsonl, OTLP JSON traces with GenAI execute_tool spans (one run per trace)
+  openai-agents *.json / *.jsonl, OpenAI Agents SDK trace exports: function spans (one run per trace)
 The trace formats take --labeller RULES.yaml: the policy_class of each call (default benign; see
 data_prep/importers/labeller.py). Only regular files are read: a FIFO, device,
 directory or /proc file named as a source is refused with ``file: problem``. Bad records are
@@ -36,7 +37,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from data_prep.importers import eal_case, inspect_log, otel_genai, runs, workflow_v2
+from data_prep.importers import eal_case, inspect_log, openai_agents, otel_genai, runs, workflow_v2
 from data_prep.importers.common import Accepted, Item, Rejected, expand_sources, run_import
 from data_prep.importers.labeller import LabellerError, load_labeller
 from data_prep.inputs import InputError, check_regular, os_problem
@@ -51,8 +52,9 @@ FORMATS = {
     "runs": (runs.iter_items, ("*.jsonl",)),
     "inspect-log": (inspect_log.iter_items, ("*.eval", "*.json")),
     "otel-genai": (otel_genai.iter_items, ("*.json", "*.jsonl")),
+    "openai-agents": (openai_agents.iter_items, ("*.json", "*.jsonl")),
 }
-TRACE_FORMATS = ("inspect-log", "otel-genai")  # the formats a --labeller applies to
+TRACE_FORMATS = ("inspect-log", "otel-genai", "openai-agents")  # the formats a --labeller applies to
 SUMMARY_LINES = 50  # files listed in the per-file summary; the manifest lists all
 
 
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.strict and args.allow_partial:
         ap.error("--strict and --allow-partial contradict each other")
     if args.labeller and args.format not in TRACE_FORMATS:
-        ap.error(f"--labeller applies to {' and '.join(TRACE_FORMATS)} only")
+        ap.error(f"--labeller applies to {', '.join(TRACE_FORMATS)} only")
     iter_items, patterns = FORMATS[args.format]
     if args.format in TRACE_FORMATS:
         try:

@@ -10,6 +10,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from data_prep.canonical import StrictJSONError, loads_strict
+from data_prep.importers.yaml_lines import LazyLines, json_error_line
 from data_prep.reconcile import expected_label, reconcile
 from data_prep.records import CALL_STATUSES, RecordError, Run
 from data_prep.synth.corpus import MANIFEST_SCHEMA, CaseStats, RunStats
@@ -191,6 +193,23 @@ def _ids_for(kind: str, rec: Any, run: Run) -> list[str]:
         if hit:
             out.append(cid)
     return list(dict.fromkeys(out))
+
+
+def json_documents(path: Path) -> Iterator[tuple[Any, LazyLines] | Rejected]:
+    """The strict-JSON documents of a trace file with their lines: a ``.json`` file is one document, any
+    other one document per non-blank line (JSONL). A broken document is a ``Rejected``, not an error."""
+    text = path.read_text(encoding="utf-8")
+    chunks = (
+        [(text, 0)]
+        if path.suffix == ".json"
+        else [(ln, i) for i, ln in enumerate(text.split("\n")) if ln.strip()]
+    )
+    for chunk, base in chunks:
+        lines = LazyLines(chunk, base)
+        try:
+            yield loads_strict(chunk), lines
+        except StrictJSONError as exc:
+            yield Rejected(str(path), json_error_line(chunk, exc, lines), exc.path, exc.problem)
 
 
 def expand_sources(sources: Iterable[str | Path], patterns: tuple[str, ...]) -> list[Path]:
