@@ -84,11 +84,16 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def file_digests(root: Path, *, exclude: tuple[str, ...] = ("manifest.json",)) -> dict[str, str]:
-    """sha256 of every file under ``root`` (relative POSIX paths, sorted)."""
+def file_digests(
+    root: Path, *, exclude: tuple[str, ...] = ("manifest.json",), exclude_dirs: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """sha256 of every file under ``root`` (relative POSIX paths, sorted), skipping ``exclude_dirs``
+    (glob patterns of top-level folders, e.g. a checkpoint's intermediate ``checkpoint-*``)."""
+    root = Path(root)
+    skipped = {p for pattern in exclude_dirs for p in root.glob(pattern) if p.is_dir()}
     out = {}
     for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name not in exclude:
+        if p.is_file() and p.name not in exclude and not any(d in p.parents for d in skipped):
             out[p.relative_to(root).as_posix()] = sha256_file(p)
     return out
 

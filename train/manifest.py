@@ -1,61 +1,20 @@
-"""Manifest helpers shared by the writer and reader recipes.
+"""What a checkpoint manifest records beyond a data-prep manifest: the hardware it trained on.
 
-Same shape as the data-prep manifests (``code``, ``versions``, ``outputs`` with ``sha256:`` digests of
-every file), so one checker verifies both. No host or user names are recorded.
+The code revision, package versions and file digests come from ``data_prep.manifest`` (the one
+manifest module), so a build and a checkpoint are described alike and one checker verifies both. No
+host or user names are recorded.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
-import subprocess
-from importlib import metadata
 from pathlib import Path
 
-from train.config import REPO_ROOT
+from data_prep.manifest import code_revision, file_digests, sha256_file, versions
 
-PACKAGES = (
-    "torch",
-    "transformers",
-    "trl",
-    "peft",
-    "accelerate",
-    "datasets",
-    "bitsandbytes",
-    "tokenizers",
-    "safetensors",
-)
-
-
-def code_revision(root: Path = REPO_ROOT) -> dict:
-    """``{"revision": <git HEAD>, "dirty": bool}``; ``unknown``/``None`` outside a git checkout."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
-        ).stdout
-
-    try:
-        rev = git("rev-parse", "HEAD").strip()
-    except (OSError, subprocess.SubprocessError):
-        rev = "unknown"
-    try:
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
-    except (OSError, subprocess.SubprocessError):
-        dirty = None
-    return {"revision": rev, "dirty": dirty}
-
-
-def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+__all__ = ["code_revision", "file_digests", "hardware", "sha256_file", "versions", "write_json"]
 
 
 def hardware(world_size: int) -> dict:
@@ -76,32 +35,8 @@ def hardware(world_size: int) -> dict:
     return info
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
-def file_digests(
-    root: Path, *, exclude_dirs: tuple[str, ...] = (), exclude: tuple[str, ...] = ("manifest.json",)
-):
-    """sha256 of every file under ``root`` (relative POSIX paths, sorted), skipping ``exclude_dirs``
-    (glob patterns of top-level folders, e.g. intermediate ``checkpoint-*``)."""
-    root = Path(root)
-    skipped = {p for pattern in exclude_dirs for p in root.glob(pattern) if p.is_dir()}
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.name in exclude:
-            continue
-        if any(s in p.parents for s in skipped):
-            continue
-        out[p.relative_to(root).as_posix()] = sha256_file(p)
-    return out
-
-
 def write_json(path: Path, data: dict) -> Path:
+    """Indented, key-sorted JSON (the checkpoint's manifest and log): readable and diffable."""
     path = Path(path)
     path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
