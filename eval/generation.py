@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from data_prep.yaml_config import ConfigError, check_keys, read_mapping
 from train.answer_guard import AnswerGuard, stopping_criteria
 from train.checkpoint import (
     STOP_TOKENS,
@@ -56,7 +55,7 @@ BACKENDS = ("transformers", "vllm", "openai")  # openai: a running server (eval/
 BackendError = CheckpointError
 
 
-class DecodingConfigError(ValueError):
+class DecodingConfigError(ConfigError):
     pass
 
 
@@ -111,18 +110,10 @@ def load_decoding(path: str | Path | None = None, overrides: dict[str, Any] | No
     src = str(path) if path else "defaults"
     values: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise DecodingConfigError(f"{p}: cannot read decoding config: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise DecodingConfigError(f"{p}: top level must be a mapping")
-        values.update(loaded)
+        values.update(read_mapping(path, DecodingConfigError, "decoding config"))
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    check_keys(values, names, src, DecodingConfigError)
     for key, value in values.items():
-        if key not in names:
-            raise DecodingConfigError(f"{src}: {key}: unknown field (known: {sorted(names)})")
         if key == "max_new_tokens":
             if not isinstance(value, dict) or not all(isinstance(v, int) and v > 0 for v in value.values()):
                 raise DecodingConfigError(

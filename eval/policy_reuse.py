@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     add_endpoint_args(ap, ("writer", "reader"))
     ns = ap.parse_args(argv)
     setup()
+    from data_prep.yaml_config import ConfigError, load_dataclass
     from eval.generation import BackendError, DecodingConfigError, load_decoding
     from eval.policy_eval import _path, run_policy
-    from eval.settings import SettingsError, load_settings
     from eval.sources import SourceError
 
     names = [
@@ -81,13 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         "progress",
     ]
     try:
-        cfg = load_settings(PolicyConfig, ns.config, overrides(ns, names))
+        cfg = load_dataclass(PolicyConfig, ns.config, overrides(ns, names))
         apply_limit(cfg, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
         writer, executor = served_models(ns, cfg, decoding)
         out = run_policy(cfg, decoding=decoding, writer=writer, executor=executor)
     except (
-        SettingsError,
+        ConfigError,
         DecodingConfigError,
         SourceError,
         BackendError,

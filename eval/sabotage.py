@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     add_endpoint_args(ap, ("writer", "reader"))
     ns = ap.parse_args(argv)
     setup()
+    from data_prep.yaml_config import ConfigError, load_dataclass
     from eval.generation import BackendError, DecodingConfigError, load_decoding
     from eval.sabotage_eval import _path, run_sabotage
-    from eval.settings import SettingsError, load_settings
     from eval.sources import SourceError
 
     names = [
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         "progress",
     ]
     try:
-        cfg = load_settings(SabotageConfig, ns.config, overrides(ns, names))
+        cfg = load_dataclass(SabotageConfig, ns.config, overrides(ns, names))
         apply_limit(cfg, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
         served = {}
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 setattr(cfg, role, served_label(settings))
         out = run_sabotage(cfg, decoding=decoding, **served)
     except (
-        SettingsError,
+        ConfigError,
         DecodingConfigError,
         SourceError,
         BackendError,

@@ -20,6 +20,9 @@ from typing import Any
 
 import yaml
 
+from data_prep.yaml_config import ConfigError as BaseConfigError
+from data_prep.yaml_config import read_mapping
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny"  # the value of `model` that selects the embedded tiny Gemma 3 default
 
@@ -38,7 +41,7 @@ ROLE_DEFAULTS = {"writer": ("both", "ckpt"), "reader": ("verdict", "ckpt-reader"
 REPORT_TO = ("none", "tensorboard", "wandb", "trackio")
 
 
-class ConfigError(ValueError):
+class ConfigError(BaseConfigError):
     """A bad preset or flag; the message names the file (or flag) and the field."""
 
 
@@ -362,13 +365,7 @@ def load_preset(path: str | Path, cfg: TrainConfig | None = None) -> TrainConfig
     p = resolve_repo_path(str(path))
     if not p.is_file():
         raise ConfigError(f"--config: {path}: no such preset file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}:{line}: invalid YAML: {exc}") from None
-    return apply_mapping(cfg, data, str(p))
+    return apply_mapping(cfg, read_mapping(p, ConfigError, "preset"), str(p))
 
 
 def _joined(value):

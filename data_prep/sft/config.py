@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from data_prep.yaml_config import ConfigError, check_keys, check_value, read_mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "data" / "default.yaml"
 
 
-class BuildConfigError(ValueError):
+class BuildConfigError(ConfigError):
     pass
 
 
@@ -96,34 +97,15 @@ class BuildConfig:
 def load_build_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> BuildConfig:
     """Defaults < YAML file < overrides. Unknown keys are errors naming the file and key."""
     cfg = BuildConfig()
-    names = {f.name: f for f in dataclasses.fields(BuildConfig)}
+    hints = typing.get_type_hints(BuildConfig)
     values: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise BuildConfigError(f"{p}: cannot read config: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise BuildConfigError(f"{p}: top level must be a mapping")
-        for key in loaded:
-            if key not in names:
-                raise BuildConfigError(f"{p}: {key}: unknown field")
+        loaded = read_mapping(path, BuildConfigError)
+        check_keys(loaded, hints, str(path), BuildConfigError)
         values.update(loaded)
     values.update(overrides or {})
     for key, value in values.items():
-        default = getattr(cfg, key)
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise BuildConfigError(f"{path}: {key}: expected true/false")
-        if isinstance(default, list) and not isinstance(value, list):
-            raise BuildConfigError(f"{path}: {key}: expected a list")
-        if isinstance(default, dict) and not isinstance(value, dict):
-            raise BuildConfigError(f"{path}: {key}: expected a mapping")
-        if isinstance(default, str) and not isinstance(value, str):
-            raise BuildConfigError(f"{path}: {key}: expected a string")
-        if isinstance(default, float) and not isinstance(value, int | float):
-            raise BuildConfigError(f"{path}: {key}: expected a number")
-        setattr(cfg, key, value)
+        setattr(cfg, key, check_value(value, hints[key], f"{path}: {key}", BuildConfigError))
     if not 0 <= cfg.validation_fraction < 1:
         raise BuildConfigError(f"{path}: validation_fraction: must be in [0, 1)")
     from sanitizer.pseudonym import check_modes

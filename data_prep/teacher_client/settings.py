@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from data_prep.inputs import read_text
+from data_prep.yaml_config import ConfigError, check_keys, read_mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DECODING = REPO_ROOT / "configs" / "teacher" / "decoding.yaml"
@@ -23,7 +21,7 @@ DEFAULT_PRICES = REPO_ROOT / "configs" / "teacher" / "prices.yaml"
 TEACHER_TASKS = ("writer_action", "reader_verdict", "writer_memory")
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError):
     """A bad setting: ``source: field: problem``."""
 
 
@@ -82,18 +80,9 @@ def load_decoding(path: str | Path | None = None) -> TeacherDecoding:
     src = str(path) if path is not None else "defaults"
     values: dict[str, Any] = {}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(read_text(path)) or {}
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise SettingsError(f"{src}: cannot read decoding settings: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise SettingsError(f"{src}: top level must be a mapping")
-        values = loaded
+        values = read_mapping(path, SettingsError, "decoding settings")
     base = TeacherDecoding()
-    known = {f.name for f in dataclasses.fields(TeacherDecoding)}
-    for key in values:
-        if key not in known:
-            raise SettingsError(f"{src}: {key}: unknown field (known: {', '.join(sorted(known))})")
+    check_keys(values, {f.name for f in dataclasses.fields(TeacherDecoding)}, src, SettingsError)
     temperature = _number(values.get("temperature", base.temperature), f"{src}: temperature")
     top_p = _number(values.get("top_p", base.top_p), f"{src}: top_p")
     if top_p > 1:

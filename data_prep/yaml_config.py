@@ -1,0 +1,102 @@
+"""The one way a YAML preset becomes a config dataclass: read a mapping, refuse unknown keys, check
+each value against the field's type, overlay CLI overrides. Every stage's config (build, training,
+evaluation, teacher collection) loads through here, so a typo fails the same way everywhere: with
+the file and the field named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from data_prep.inputs import read_text
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class ConfigError(ValueError):
+    """A config file or flag that cannot be used; the message names the file (or flag) and field."""
+
+
+def read_mapping(path: str | Path, error: type[ConfigError] = ConfigError, what: str = "config") -> dict:
+    """The top-level mapping of a YAML file (empty file: {}); unreadable or invalid YAML and a
+    non-mapping top level raise ``error`` naming the file (and the line, when YAML knows it)."""
+    p = Path(path)
+    try:
+        loaded = yaml.safe_load(read_text(p)) or {}  # regular files only: a FIFO never hangs a load
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise error(f"{p}:{line}: invalid YAML in {what}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise error(f"{p}: cannot read {what}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise error(f"{p}: top level: expected a mapping of fields, got {type(loaded).__name__}")
+    return loaded
+
+
+def check_keys(values: dict, known, where: str, error: type[ConfigError] = ConfigError) -> None:
+    for key in values:
+        if key not in known:
+            raise error(f"{where}: {key}: unknown field (known: {sorted(known)})")
+
+
+def check_value(value: Any, tp: Any, where: str, error: type[ConfigError] = ConfigError) -> Any:
+    """``value`` if it fits the annotation ``tp`` (bool, int, float, str, list, dict, optional of
+    those); ints are taken for floats; anything else raises ``error`` naming ``where``."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if value is None:
+        if type(None) in typing.get_args(tp):
+            return None
+        raise error(f"{where}: may not be null")
+    union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    base = typing.get_origin(args[0] if union else tp) or (args[0] if union else tp)
+    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if base is bool and not isinstance(value, bool):
+        raise error(f"{where}: expected {expected[bool]}, got {value!r}")
+    if base in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise error(f"{where}: expected {expected[base]}, got {value!r}")
+    if base is int and not isinstance(value, int):
+        raise error(f"{where}: expected {expected[int]}, got {value!r}")
+    if base is str and not isinstance(value, str):
+        raise error(f"{where}: expected {expected[str]}, got {value!r}")
+    if base in (list, dict) and not isinstance(value, base):
+        raise error(f"{where}: expected a {'list' if base is list else 'mapping'}, got {value!r}")
+    return float(value) if base is float else value
+
+
+def load_dataclass(
+    cls: type,
+    path: str | Path | None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    error: type[ConfigError] = ConfigError,
+):
+    """``cls()`` < YAML file < overrides (None values in overrides mean 'not given'). A relative
+    path that does not exist from the current directory is taken from the repository root."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    cfg = cls()
+    values: dict[str, Any] = {}
+    src = str(path) if path else "--"
+    if path is not None:
+        p = Path(path)
+        if not p.is_absolute() and not p.exists():
+            p = REPO_ROOT / p
+        loaded = read_mapping(p, error)
+        check_keys(loaded, names, str(p), error)
+        values.update(loaded)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in names:
+            raise error(f"--{key.replace('_', '-')}: unknown setting")
+        values[key] = value
+    for key, value in values.items():
+        setattr(cfg, key, check_value(value, hints[key], f"{src}: {key}", error))
+    return cfg
