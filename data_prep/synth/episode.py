@@ -10,10 +10,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import data_prep.synth.hazards as hz
 from data_prep.assemble import assemble_run
 from data_prep.reconcile import expected_label, reconcile, salient_values
 from data_prep.records import Run
-from data_prep.synth import hazards as hz
 from data_prep.synth.config import (
     GENERATOR_NAME,
     GENERATOR_VERSION,
