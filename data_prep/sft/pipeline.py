@@ -681,8 +681,3 @@ def summary_lines(manifest: dict) -> list[str]:
         if reasons:
             lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
     return lines
-
-
-def load_examples(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
