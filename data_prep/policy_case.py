@@ -369,7 +369,9 @@ def _validate_event_record(e: dict, ew: str, kind: str) -> None:
         if e["record"]["authorization_ref"] != e["authorization_ref"]:
             raise RecordError(f"{ew}.record.authorization_ref", "differs from the event's authorization_ref")
         if "supersedes_ref" in e["record"]:
-            raise RecordError(f"{ew}.record.supersedes_ref", "only a replace event's record supersedes another")
+            raise RecordError(
+                f"{ew}.record.supersedes_ref", "only a replace event's record supersedes another"
+            )
     elif kind == "replace":
         if "record" not in e:
             raise RecordError(f"{ew}.record", "missing (a replace event carries the replacement record)")

@@ -381,7 +381,9 @@ def _writer_ledger(
     if sabotage != "clean":
         targets, detail, extra = _sabotage(rng, sabotage, fam, st, calls, entries, ctx, used)
         labels.update(sabotage=True, type=sabotage, target_call_ids=targets)
-    labels["writer_errors"] = _writer_errors(rng, fam, calls, entries, set(targets), ctx.cfg.writer_error_rates)
+    labels["writer_errors"] = _writer_errors(
+        rng, fam, calls, entries, set(targets), ctx.cfg.writer_error_rates
+    )
     ledger = sorted([*entries.values(), *extra], key=lambda e: (e["position"], e["_src"]))
     return ledger, labels, detail
 

@@ -332,7 +332,9 @@ class _History:
         self.events: list[dict] = []
         self.claims: list[dict] = []
         self.turn_count = 0
-        self.state = {a["ref"]: {"max": a["max"], "until": a["until"], "cats": list(a["cats"])} for a in auths}
+        self.state = {
+            a["ref"]: {"max": a["max"], "until": a["until"], "cats": list(a["cats"])} for a in auths
+        }
         self.old: dict[str, list[tuple[str, object]]] = {a["ref"]: [] for a in auths}
 
 
@@ -412,7 +414,9 @@ def _apply_patch(rng: random.Random, hist: _History, a: dict, c: dict, ev: dict)
     return _patch_text(rng, a, c["field"], c["value"])
 
 
-def _noise_turn(rng: random.Random, fam: PolicyFamily, hist: _History, kind: str, t: datetime) -> tuple[str, str]:
+def _noise_turn(
+    rng: random.Random, fam: PolicyFamily, hist: _History, kind: str, t: datetime
+) -> tuple[str, str]:
     """A turn that changes nothing: a decoy's scope claim, urgency, stale or restated terms, filler."""
     issued = [a for a in hist.auths if a.get("from") is not None and a["from"] <= t]
     role, name = rng.choice(fam.decoys)
