@@ -22,7 +22,15 @@ def module_name(path: Path) -> str:
 
 
 def project_modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
-    return {module_name(p): p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))}
+    """Module name -> file. A script beside a package of its name (``data_prep/synth.py``) is left
+    out: the import system finds the package first, so no import can reach the script and it can
+    be in no cycle."""
+    modules: dict[str, Path] = {}
+    for path in (p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))):
+        name = module_name(path)
+        if name not in modules or path.name == "__init__.py":
+            modules[name] = path
+    return modules
 
 
 def _type_checking_only(node: ast.If) -> bool:
@@ -117,6 +125,10 @@ def test_cycle_finder_sees_package_init_and_function_level_imports(tmp_path):
     )
     (tmp_path / "a.py").write_text(src)
     assert imports_of("p.a", tmp_path / "a.py", {"p", "p.b", "p.c", "q"}) == {"p", "p.b", "p.c"}
+
+
+def test_a_package_shadows_the_script_of_its_name():
+    assert project_modules(("data_prep",))["data_prep.synth"].name == "__init__.py"
 
 
 def test_no_import_cycles():
