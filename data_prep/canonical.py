@@ -127,16 +127,6 @@ def _integral_floats_to_int(obj: Any) -> Any:
     return obj
 
 
-def check_ijson(value: Any, path: str = "$") -> bool:
-    """Raise StrictJSONError at the first I-JSON violation; return True if the value holds a float
-    or a non-ASCII key (the cases where only ``rfc8785`` itself may canonicalize)."""
-    try:
-        return bool(_scan(value))
-    except (_Invalid, RecursionError):
-        pass
-    return _check_with_paths(value, path)
-
-
 def _check_with_paths(value: Any, path: str) -> bool:
     slow = False
     stack = [(value, path)]
@@ -327,14 +317,6 @@ def digest(domain: str, value: Any) -> str:
     """Domain-separated SHA-256 of the canonical bytes: ``sha256:<hex>``."""
     h = domain_hash(domain).copy()
     h.update(canonical_bytes(value))
-    return DIGEST_PREFIX + h.hexdigest()
-
-
-def digest_plain(domain: str, value: Any) -> str:
-    """``digest`` for values the caller has already shape-checked: only ASCII keys, strings, safe
-    integers, booleans and null (no floats). Skips the I-JSON scan on hot paths."""
-    h = domain_hash(domain).copy()
-    h.update(_encode_plain(value))
     return DIGEST_PREFIX + h.hexdigest()
 
 

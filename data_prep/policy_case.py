@@ -280,6 +280,21 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
     metadata) may be absent (an EAL case as imported, before conversion).
     """
     d = _obj(d, where)
+    _validate_case_header(d, where, require_all)
+    block_refs, turn_refs = _validate_blocks(d, where)
+    _validate_events(d, where, block_refs, turn_refs)
+    _validate_probes(d, where)
+    if require_all or "gold_memory" in d:
+        for i, r in enumerate(_list(d, "gold_memory", where)):
+            validate_record(r, f"{where}.gold_memory[{i}]")
+    _validate_teacher(d, where, require_all)
+    for key in ("provenance", "metadata"):
+        if key in d:
+            _obj(d[key], f"{where}.{key}")
+    return d
+
+
+def _validate_case_header(d: dict, where: str, require_all: bool) -> None:
     _no_extra(d, CASE_FIELDS, where)
     if require_all or "schema" in d:
         if _str(d, "schema", where) != CASE_SCHEMA:
@@ -289,39 +304,47 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
         _str(d, "family", where)
     _str(d, "policy", where)
     _strs(d, "authorized_issuers", where, nonempty=True)
+
+
+def _unique_ref(obj: dict, where: str, seen: set[str], what: str) -> str:
+    """``obj``'s ref, after checking no earlier one of its kind had it."""
+    ref = _str(obj, "ref", where)
+    if ref in seen:
+        raise RecordError(f"{where}.ref", f"duplicate {what} ref {ref!r}")
+    seen.add(ref)
+    return ref
+
+
+def _validate_blocks(d: dict, where: str) -> tuple[set[str], set[str]]:
+    """The history's blocks and turns; returns their refs (events point at them)."""
     turn_refs: set[str] = set()
     block_refs: set[str] = set()
     for i, b in enumerate(_list(d, "blocks", where)):
         bw = f"{where}.blocks[{i}]"
         b = _obj(b, bw)
         _no_extra(b, BLOCK_FIELDS, bw)
-        ref = _str(b, "ref", bw)
-        if ref in block_refs:
-            raise RecordError(f"{bw}.ref", f"duplicate block ref {ref!r}")
-        block_refs.add(ref)
+        _unique_ref(b, bw, block_refs, "block")
         _str(b, "title", bw)
         _time(b, "ended_at", bw)
         for j, t in enumerate(_list(b, "turns", bw)):
             tw = f"{bw}.turns[{j}]"
             t = _obj(t, tw)
             _no_extra(t, TURN_FIELDS, tw)
-            tref = _str(t, "ref", tw)
-            if tref in turn_refs:
-                raise RecordError(f"{tw}.ref", f"duplicate turn ref {tref!r}")
-            turn_refs.add(tref)
+            _unique_ref(t, tw, turn_refs, "turn")
             _str(t, "actor_id", tw)
             _str(t, "speaker", tw)
             _str(t, "content", tw, nonempty=False)
             _time(t, "occurred_at", tw)
+    return block_refs, turn_refs
+
+
+def _validate_events(d: dict, where: str, block_refs: set[str], turn_refs: set[str]) -> None:
     event_refs: set[str] = set()
     for i, e in enumerate(_list(d, "events", where)):
         ew = f"{where}.events[{i}]"
         e = _obj(e, ew)
         _no_extra(e, EVENT_FIELDS, ew)
-        ref = _str(e, "ref", ew)
-        if ref in event_refs:
-            raise RecordError(f"{ew}.ref", f"duplicate event ref {ref!r}")
-        event_refs.add(ref)
+        _unique_ref(e, ew, event_refs, "event")
         kind = _str(e, "event_type", ew)
         if kind not in EVENT_TYPES:
             raise RecordError(f"{ew}.event_type", f"must be {'|'.join(EVENT_TYPES)}, got {kind!r}")
@@ -333,49 +356,56 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
         for r in _strs(e, "source_turn_refs", ew):
             if r not in turn_refs:
                 raise RecordError(f"{ew}.source_turn_refs", f"no turn {r!r}")
-        if kind == "issue":
-            if "record" not in e:
-                raise RecordError(f"{ew}.record", "missing (an issue event carries the record)")
-            validate_record(e["record"], f"{ew}.record", event=True)
-            if e["record"]["authorization_ref"] != e["authorization_ref"]:
-                raise RecordError(
-                    f"{ew}.record.authorization_ref", "differs from the event's authorization_ref"
-                )
-            if "supersedes_ref" in e["record"]:
-                raise RecordError(
-                    f"{ew}.record.supersedes_ref", "only a replace event's record supersedes another"
-                )
-        elif kind == "replace":
-            if "record" not in e:
-                raise RecordError(f"{ew}.record", "missing (a replace event carries the replacement record)")
-            validate_record(e["record"], f"{ew}.record", event=True)
-            if e["record"]["authorization_ref"] == e["authorization_ref"]:
-                raise RecordError(
-                    f"{ew}.record.authorization_ref",
-                    "a replacement needs its own authorization_ref (the event's names the replaced record)",
-                )
-            if e["record"].get("supersedes_ref", e["authorization_ref"]) != e["authorization_ref"]:
-                raise RecordError(
-                    f"{ew}.record.supersedes_ref",
-                    f"must name the replaced record {e['authorization_ref']!r}, got {e['record']['supersedes_ref']!r}",
-                )
-        elif "record" in e:
-            raise RecordError(f"{ew}.record", f"only issue and replace events carry a record, this is {kind}")
-        if kind == "patch":
-            if "patch" not in e:
-                raise RecordError(f"{ew}.patch", "missing (a patch event carries the changed fields)")
-            validate_record(e["patch"], f"{ew}.patch", partial=True)
-        elif "patch" in e:
-            raise RecordError(f"{ew}.patch", f"only patch events carry a patch, this is {kind}")
+        _validate_event_record(e, ew, kind)
+        _validate_event_patch(e, ew, kind)
+
+
+def _validate_event_record(e: dict, ew: str, kind: str) -> None:
+    """Issue and replace events carry a record; a replacement's names the record it supersedes."""
+    if kind == "issue":
+        if "record" not in e:
+            raise RecordError(f"{ew}.record", "missing (an issue event carries the record)")
+        validate_record(e["record"], f"{ew}.record", event=True)
+        if e["record"]["authorization_ref"] != e["authorization_ref"]:
+            raise RecordError(f"{ew}.record.authorization_ref", "differs from the event's authorization_ref")
+        if "supersedes_ref" in e["record"]:
+            raise RecordError(
+                f"{ew}.record.supersedes_ref", "only a replace event's record supersedes another"
+            )
+    elif kind == "replace":
+        if "record" not in e:
+            raise RecordError(f"{ew}.record", "missing (a replace event carries the replacement record)")
+        validate_record(e["record"], f"{ew}.record", event=True)
+        if e["record"]["authorization_ref"] == e["authorization_ref"]:
+            raise RecordError(
+                f"{ew}.record.authorization_ref",
+                "a replacement needs its own authorization_ref (the event's names the replaced record)",
+            )
+        if e["record"].get("supersedes_ref", e["authorization_ref"]) != e["authorization_ref"]:
+            raise RecordError(
+                f"{ew}.record.supersedes_ref",
+                f"must name the replaced record {e['authorization_ref']!r}, got {e['record']['supersedes_ref']!r}",
+            )
+    elif "record" in e:
+        raise RecordError(f"{ew}.record", f"only issue and replace events carry a record, this is {kind}")
+
+
+def _validate_event_patch(e: dict, ew: str, kind: str) -> None:
+    if kind == "patch":
+        if "patch" not in e:
+            raise RecordError(f"{ew}.patch", "missing (a patch event carries the changed fields)")
+        validate_record(e["patch"], f"{ew}.patch", partial=True)
+    elif "patch" in e:
+        raise RecordError(f"{ew}.patch", f"only patch events carry a patch, this is {kind}")
+
+
+def _validate_probes(d: dict, where: str) -> None:
     probe_refs: set[str] = set()
     for i, p in enumerate(_list(d, "probe_pairs", where)):
         pw = f"{where}.probe_pairs[{i}]"
         p = _obj(p, pw)
         _no_extra(p, PROBE_FIELDS, pw)
-        ref = _str(p, "ref", pw)
-        if ref in probe_refs:
-            raise RecordError(f"{pw}.ref", f"duplicate probe ref {ref!r}")
-        probe_refs.add(ref)
+        _unique_ref(p, pw, probe_refs, "probe")
         dim = _str(p, "dimension", pw)
         if dim not in DIMENSIONS:
             raise RecordError(f"{pw}.dimension", f"must be one of {'|'.join(DIMENSIONS)}, got {dim!r}")
@@ -383,29 +413,26 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
             if side not in p:
                 raise RecordError(f"{pw}.{side}", "missing")
             validate_request(p[side], f"{pw}.{side}")
-    if require_all or "gold_memory" in d:
-        for i, r in enumerate(_list(d, "gold_memory", where)):
-            validate_record(r, f"{where}.gold_memory[{i}]")
+
+
+def _validate_teacher(d: dict, where: str, require_all: bool) -> None:
     teacher = d.get("teacher")
-    if teacher is not None:
-        tw = f"{where}.teacher"
-        teacher = _obj(teacher, tw)
-        _no_extra(teacher, ("writer_model", "memory", "memory_errors"), tw)
-        _str(teacher, "writer_model", tw)
-        for i, r in enumerate(_list(teacher, "memory", tw)):
-            validate_record(r, f"{tw}.memory[{i}]")
-        for i, e in enumerate(teacher.get("memory_errors", [])):
-            ew = f"{tw}.memory_errors[{i}]"
-            e = _obj(e, ew)
-            if _str(e, "type", ew) not in MEMORY_ERRORS:
-                raise RecordError(f"{ew}.type", f"must be one of {'|'.join(MEMORY_ERRORS)}")
-            _str(e, "authorization_ref", ew)
-    elif require_all and "teacher" not in d:
-        raise RecordError(f"{where}.teacher", "missing (use null for a case without a teacher memory)")
-    for key in ("provenance", "metadata"):
-        if key in d:
-            _obj(d[key], f"{where}.{key}")
-    return d
+    if teacher is None:
+        if require_all and "teacher" not in d:
+            raise RecordError(f"{where}.teacher", "missing (use null for a case without a teacher memory)")
+        return
+    tw = f"{where}.teacher"
+    teacher = _obj(teacher, tw)
+    _no_extra(teacher, ("writer_model", "memory", "memory_errors"), tw)
+    _str(teacher, "writer_model", tw)
+    for i, r in enumerate(_list(teacher, "memory", tw)):
+        validate_record(r, f"{tw}.memory[{i}]")
+    for i, e in enumerate(teacher.get("memory_errors", [])):
+        ew = f"{tw}.memory_errors[{i}]"
+        e = _obj(e, ew)
+        if _str(e, "type", ew) not in MEMORY_ERRORS:
+            raise RecordError(f"{ew}.type", f"must be one of {'|'.join(MEMORY_ERRORS)}")
+        _str(e, "authorization_ref", ew)
 
 
 def lifecycle_problems(case: dict) -> list[str]:

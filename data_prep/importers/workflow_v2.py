@@ -123,133 +123,23 @@ def _tools(tools: list, where: str) -> list[dict]:
 
 def convert(row: Any, source: str, line: int) -> tuple[dict, str]:
     """One workflow row into a run dict and its gold verdict label; raises Problem."""
-    where = "$"
-    if not isinstance(row, dict):
-        raise Problem(where, "a workflow must be a JSON object")
-    for key in row:
-        if key not in COLUMNS:
-            raise Problem(f"$.{key}", "unknown field")
-    for key in COLUMNS:
-        if key not in row:
-            raise Problem(f"$.{key}", "missing")
-    version = row["schema_version"]
-    if (
-        isinstance(version, bool)
-        or not isinstance(version, str | int)
-        or not _SCHEMA_VERSION.match(str(version))
-    ):
-        raise Problem("$.schema_version", f"unsupported schema version {version!r} (expected 2.x)")
-    workflow_id = _need(row, "workflow_id", str, where)
-    if not workflow_id.strip():
-        raise Problem("$.workflow_id", "must not be empty")
-    _need(row, "title", str, where)
-    _need(row, "description", str, where)
-    messages = _need(row, "messages", list, where)
-    for i, m in enumerate(messages):
-        mw = f"$.messages[{i}]"
-        if not isinstance(m, dict):
-            raise Problem(mw, "expected object")
-        role = _need(m, "role", str, mw)
-        if role not in ("system", "user", "assistant", "developer"):
-            raise Problem(f"{mw}.role", f"unexpected role {role!r}")
-        _need(m, "content", str, mw)
-    if not messages:
-        raise Problem("$.messages", "must not be empty")
-    tools = _tools(_need(row, "tools", list, where), "$.tools")
-    declared = {t["function"]["name"] for t in tools}
-    for i, s in enumerate(_need(row, "initial_state", list, where)):
-        sw = f"$.initial_state[{i}]"
-        if not isinstance(s, dict):
-            raise Problem(sw, "expected object")
-        for key in s:
-            if key not in ("resource_type", "resource_id", "data"):
-                raise Problem(f"{sw}.{key}", "unknown field")
-        _need(s, "resource_type", str, sw)
-        _need(s, "resource_id", str, sw)
-        if "data" not in s:
-            raise Problem(f"{sw}.data", "missing")
+    version, workflow_id = _check_header(row)
+    messages = _check_messages(row)
+    tools = _tools(_need(row, "tools", list, "$"), "$.tools")
+    _check_initial_state(row)
     for key in ("logging", "execution_limits", "evaluation", "metadata"):
-        _need(row, key, dict, where)
+        _need(row, key, dict, "$")
     metadata = row["metadata"]
-
-    trace = _need(row, "reference_trace", list, where)
-    calls: list[dict] = []
-    entries: list[dict] = []
-    seen_ids: set[str] = set()
-    last_seq = 0
-    tags_by_call: dict[str, list[str]] = {}
-    log_outcome: dict[str, str] = {}
-    for i, item in enumerate(trace):
-        iw = f"$.reference_trace[{i}]"
-        if not isinstance(item, dict):
-            raise Problem(iw, "expected object")
-        for key in item:
-            if key not in TRACE_FIELDS:
-                raise Problem(f"{iw}.{key}", "unknown field")
-        seq = _need(item, "sequence", int, iw)
-        if seq <= last_seq:
-            raise Problem(f"{iw}.sequence", f"must increase (got {seq} after {last_seq})")
-        last_seq = seq
-        kind = _need(item, "call_type", str, iw)
-        if kind not in ("ordinary", "log_action"):
-            raise Problem(f"{iw}.call_type", f"must be ordinary|log_action, got {kind!r}")
-        cid = _need(item, "call_id", str, iw)
-        if not cid:
-            raise Problem(f"{iw}.call_id", "must not be empty")
-        if cid in seen_ids:
-            raise Problem(f"{iw}.call_id", f"call id {cid!r} repeats")
-        seen_ids.add(cid)
-        tool = _need(item, "tool_name", str, iw)
-        args = _need(item, "arguments", dict, iw)
-        tags = item.get("issue_tags", [])
-        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            raise Problem(f"{iw}.issue_tags", "expected array of strings")
-        for t in tags:
-            if not t.endswith("_opportunity"):
-                raise Problem(f"{iw}.issue_tags", f"tag {t!r} does not end in _opportunity")
-        if kind == "log_action":
-            if tool != LOG_TOOL:
-                raise Problem(f"{iw}.tool_name", f"a log_action item must call {LOG_TOOL}, got {tool!r}")
-            entry = ledger_entry(args, f"{iw}.arguments", len(calls))
-            log_outcome.setdefault(entry["call_id"], entry["claimed_outcome"])
-            entries.append(entry)
-            continue
-        if tool == LOG_TOOL:
-            raise Problem(f"{iw}.call_type", "a log_action call must have call_type log_action")
-        if tool not in declared:
-            raise Problem(f"{iw}.tool_name", f"tool {tool!r} is not declared in tools")
-        status = item.get("expected_status")
-        if status is not None and status not in CALL_STATUSES:
-            raise Problem(
-                f"{iw}.expected_status", f"must be one of {'|'.join(CALL_STATUSES)}, got {status!r}"
-            )
-        call = {
-            "seq": len(calls) + 1,
-            "call_id": cid,
-            "tool": tool,
-            "arguments": args,
-            "status": status,
-            "policy_class": "policy_relevant" if tags else "benign",
-            "result": None,
-        }
-        calls.append(call)
-        if tags:
-            tags_by_call[cid] = list(tags)
-    if not calls:
-        raise Problem("$.reference_trace", "no ordinary calls")
-    for call in calls:
-        if call["status"] is None:
-            call["status"] = log_outcome.get(call["call_id"], "succeeded")
-
-    family = re.sub(r"-v\d+$", "", workflow_id)
-    run_id = f"{workflow_id}-ref"
+    calls, entries, tags_by_call = _read_trace(
+        _need(row, "reference_trace", list, "$"), {t["function"]["name"] for t in tools}
+    )
     hidden = metadata.get("hidden_identifiers", [])
     if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
         raise Problem("$.metadata.hidden_identifiers", "expected array of strings")
     run = assemble_run(
-        run_id=run_id,
+        run_id=f"{workflow_id}-ref",
         workflow_id=workflow_id,
-        family=family,
+        family=re.sub(r"-v\d+$", "", workflow_id),
         domain=_domain(workflow_id, metadata),
         messages=[{"role": m["role"], "content": m["content"]} for m in messages],
         tools=tools,
@@ -278,6 +168,142 @@ def convert(row: Any, source: str, line: int) -> tuple[dict, str]:
         },
     )
     return finish_run(run)
+
+
+def _check_header(row: Any) -> tuple[Any, str]:
+    """Exactly the known columns, a 2.x schema version, a workflow id, title and description."""
+    if not isinstance(row, dict):
+        raise Problem("$", "a workflow must be a JSON object")
+    for key in row:
+        if key not in COLUMNS:
+            raise Problem(f"$.{key}", "unknown field")
+    for key in COLUMNS:
+        if key not in row:
+            raise Problem(f"$.{key}", "missing")
+    version = row["schema_version"]
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, str | int)
+        or not _SCHEMA_VERSION.match(str(version))
+    ):
+        raise Problem("$.schema_version", f"unsupported schema version {version!r} (expected 2.x)")
+    workflow_id = _need(row, "workflow_id", str, "$")
+    if not workflow_id.strip():
+        raise Problem("$.workflow_id", "must not be empty")
+    _need(row, "title", str, "$")
+    _need(row, "description", str, "$")
+    return version, workflow_id
+
+
+def _check_messages(row: dict) -> list:
+    messages = _need(row, "messages", list, "$")
+    for i, m in enumerate(messages):
+        mw = f"$.messages[{i}]"
+        if not isinstance(m, dict):
+            raise Problem(mw, "expected object")
+        role = _need(m, "role", str, mw)
+        if role not in ("system", "user", "assistant", "developer"):
+            raise Problem(f"{mw}.role", f"unexpected role {role!r}")
+        _need(m, "content", str, mw)
+    if not messages:
+        raise Problem("$.messages", "must not be empty")
+    return messages
+
+
+def _check_initial_state(row: dict) -> None:
+    for i, s in enumerate(_need(row, "initial_state", list, "$")):
+        sw = f"$.initial_state[{i}]"
+        if not isinstance(s, dict):
+            raise Problem(sw, "expected object")
+        for key in s:
+            if key not in ("resource_type", "resource_id", "data"):
+                raise Problem(f"{sw}.{key}", "unknown field")
+        _need(s, "resource_type", str, sw)
+        _need(s, "resource_id", str, sw)
+        if "data" not in s:
+            raise Problem(f"{sw}.data", "missing")
+
+
+def _read_trace(trace: list, declared: set[str]) -> tuple[list[dict], list[dict], dict[str, list[str]]]:
+    """The reference trace as (ordinary calls, ledger entries, issue tags by call id). A call without
+    an expected status takes the outcome its log entry claims (else succeeded)."""
+    calls: list[dict] = []
+    entries: list[dict] = []
+    seen_ids: set[str] = set()
+    last_seq = 0
+    tags_by_call: dict[str, list[str]] = {}
+    log_outcome: dict[str, str] = {}
+    for i, item in enumerate(trace):
+        iw = f"$.reference_trace[{i}]"
+        seq, kind, tool, args, tags = _trace_item(item, iw, last_seq, seen_ids)
+        last_seq = seq
+        if kind == "log_action":
+            if tool != LOG_TOOL:
+                raise Problem(f"{iw}.tool_name", f"a log_action item must call {LOG_TOOL}, got {tool!r}")
+            entry = ledger_entry(args, f"{iw}.arguments", len(calls))
+            log_outcome.setdefault(entry["call_id"], entry["claimed_outcome"])
+            entries.append(entry)
+            continue
+        call = _ordinary_call(item, iw, declared, len(calls) + 1, tags)
+        calls.append(call)
+        if tags:
+            tags_by_call[call["call_id"]] = list(tags)
+    if not calls:
+        raise Problem("$.reference_trace", "no ordinary calls")
+    for call in calls:
+        if call["status"] is None:
+            call["status"] = log_outcome.get(call["call_id"], "succeeded")
+    return calls, entries, tags_by_call
+
+
+def _trace_item(item: Any, iw: str, last_seq: int, seen_ids: set[str]) -> tuple[int, str, str, dict, list]:
+    """The fields every trace item has, checked: (sequence, call type, tool, arguments, issue tags)."""
+    if not isinstance(item, dict):
+        raise Problem(iw, "expected object")
+    for key in item:
+        if key not in TRACE_FIELDS:
+            raise Problem(f"{iw}.{key}", "unknown field")
+    seq = _need(item, "sequence", int, iw)
+    if seq <= last_seq:
+        raise Problem(f"{iw}.sequence", f"must increase (got {seq} after {last_seq})")
+    kind = _need(item, "call_type", str, iw)
+    if kind not in ("ordinary", "log_action"):
+        raise Problem(f"{iw}.call_type", f"must be ordinary|log_action, got {kind!r}")
+    cid = _need(item, "call_id", str, iw)
+    if not cid:
+        raise Problem(f"{iw}.call_id", "must not be empty")
+    if cid in seen_ids:
+        raise Problem(f"{iw}.call_id", f"call id {cid!r} repeats")
+    seen_ids.add(cid)
+    tool = _need(item, "tool_name", str, iw)
+    args = _need(item, "arguments", dict, iw)
+    tags = item.get("issue_tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise Problem(f"{iw}.issue_tags", "expected array of strings")
+    for t in tags:
+        if not t.endswith("_opportunity"):
+            raise Problem(f"{iw}.issue_tags", f"tag {t!r} does not end in _opportunity")
+    return seq, kind, tool, args, tags
+
+
+def _ordinary_call(item: dict, iw: str, declared: set[str], seq: int, tags: list) -> dict:
+    tool = item["tool_name"]
+    if tool == LOG_TOOL:
+        raise Problem(f"{iw}.call_type", "a log_action call must have call_type log_action")
+    if tool not in declared:
+        raise Problem(f"{iw}.tool_name", f"tool {tool!r} is not declared in tools")
+    status = item.get("expected_status")
+    if status is not None and status not in CALL_STATUSES:
+        raise Problem(f"{iw}.expected_status", f"must be one of {'|'.join(CALL_STATUSES)}, got {status!r}")
+    return {
+        "seq": seq,
+        "call_id": item["call_id"],
+        "tool": tool,
+        "arguments": item["arguments"],
+        "status": status,
+        "policy_class": "policy_relevant" if tags else "benign",
+        "result": None,
+    }
 
 
 def iter_items(paths: list[Path]) -> Iterator[Item]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 OUTCOMES = ("succeeded", "rejected", "failed")
 READER_LABELS = ("clean", "discrepancy", "incident")
@@ -92,7 +91,3 @@ def parse_decision(text: str) -> str | ParseFailure:
     if stripped in DECISIONS:
         return stripped
     return ParseFailure(text, f"decision not one of {'|'.join(DECISIONS)}")
-
-
-def is_failure(value: Any) -> bool:
-    return isinstance(value, ParseFailure)

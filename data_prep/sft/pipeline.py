@@ -10,13 +10,9 @@ being read back from the spool when needed) and the run ids seen (duplicate dete
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
-import re
 import shutil
 import sys
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +38,10 @@ from data_prep.sft.config import REPO_ROOT, BuildConfig
 from data_prep.sft.dedup import Deduplicator
 from data_prep.sft.filters import reader_verdict_reason, writer_action_reason
 from data_prep.sft.ledger import StageCounts
+from data_prep.sft.policy_tasks import add_policy_cases
 from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action
 from data_prep.sft.sanitize import ExampleSanitizer, PseudonymKeyError, resolve_key
+from data_prep.sft.split import split_of
 
 BUILD_VERSION = "ledgerwright-build/1"
 FINDING_SAMPLE = 25
@@ -176,28 +174,6 @@ def example_line(example: dict, messages_canonical: bytes) -> bytes:
     )
 
 
-_VERSION_SUFFIX = re.compile(r"(?:-(?:v|ver|version)?-?\d+(?:-\d+)*|-copy|-new|-old)+$")
-_SEPARATORS = re.compile(r"[\s_\-./:\u2010-\u2015\u2212]+")
-_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e"))
-
-
-@functools.lru_cache(maxsize=4096)
-def family_key(name: str) -> str:
-    """The name a family is held out by: Unicode NFKC, invisible characters removed, case folded,
-    every run of whitespace and separators one dash, version and copy suffixes dropped
-    (``Travel_Rebooking v2 `` and ``travel-rebooking`` are one family)."""
-    s = unicodedata.normalize("NFKC", name).translate(_INVISIBLE).casefold()
-    s = _SEPARATORS.sub("-", s).strip("-")
-    return _VERSION_SUFFIX.sub("", s) or s
-
-
-def split_of(family: str, group_id: str, heldout: set[str], cfg: BuildConfig) -> str:
-    if family_key(family) in {family_key(h) for h in heldout}:
-        return "heldout"
-    h = hashlib.sha256(f"{cfg.seed}:{group_id}".encode()).digest()
-    return "validation" if int.from_bytes(h[:8], "big") / 2**64 < cfg.validation_fraction else "train"
-
-
 def corpus_files(corpus: Path, problems: Problems, strict: bool) -> tuple[list[Path], list[Path], dict]:
     """Run and policy-case files, after checking the corpus manifest when there is one."""
     if not corpus.is_dir():
@@ -290,7 +266,7 @@ class Builder:
         self.rejects = open(self.out / "rejects.jsonl", "w", encoding="utf-8", newline="\n")
         self.filtered = open(self.out / "filtered.jsonl", "w", encoding="utf-8", newline="\n")
 
-    def _reject(self, tasks: tuple[str, ...], item: dict) -> None:
+    def reject(self, tasks: tuple[str, ...], item: dict) -> None:
         item = self.scrub.diagnostic(item)  # field paths and redacted previews, never a secret
         self.rejects.write(dumps_canonical(item) + "\n")
         self.problems.add(f"{item['file']}:{item['line']}: {item['field']}: {item['problem']}")
@@ -298,7 +274,7 @@ class Builder:
             self.counts.add_input(t)
             self.counts.record(t, "rejected", item["reason"])
 
-    def _filter(
+    def filter(
         self,
         task: str,
         example_id: str,
@@ -312,7 +288,7 @@ class Builder:
         self.filtered.write(dumps_canonical(self.scrub.diagnostic(record)) + "\n")
         self.counts.record(task, outcome, count_as or reason.split(":")[0])
 
-    def _emit(
+    def emit(
         self,
         task: str,
         example_id: str,
@@ -327,7 +303,7 @@ class Builder:
         if findings:
             self.stats.add(source_id, findings, bool(drops))
         if drops:
-            self._filter(task, example_id, source_id, "sanitizer_drop", ",".join(sorted(set(drops))))
+            self.filter(task, example_id, source_id, "sanitizer_drop", ",".join(sorted(set(drops))))
             return
         canonical = canonical_chat(messages)
         key, answers = Deduplicator.digests(messages, canonical)
@@ -370,11 +346,11 @@ class Builder:
                 continue
             kind, first = dup
             if split != "heldout" and first in heldout_ids:
-                self._filter(
+                self.filter(
                     task, eid, source_id, "decontaminated", f"{kind}:{first}", "decontaminated", kind
                 )
             else:
-                self._filter(task, eid, source_id, f"duplicate_{kind}", first, "deduplicated", kind)
+                self.filter(task, eid, source_id, f"duplicate_{kind}", first, "deduplicated", kind)
         for split in SPLITS:
             for i in kept[split]:  # already in id order
                 line = self._candidate_line(task, i)
@@ -402,7 +378,7 @@ class Builder:
                             str(path), lineno, getattr(exc, "field", "$"), getattr(exc, "problem", str(exc))
                         )
                 if item is not None:
-                    self._reject(
+                    self.reject(
                         RUN_TASKS,
                         {
                             "file": item.path,
@@ -415,7 +391,7 @@ class Builder:
                     continue
                 first = seen.get(run.run_id)
                 if first is not None:
-                    self._reject(
+                    self.reject(
                         RUN_TASKS,
                         {
                             "file": str(path),
@@ -430,7 +406,7 @@ class Builder:
                 seen[run.run_id] = file_index << 32 | lineno
                 integrity = verify_run(run, check_seal_digest=self.check_run_seals)
                 if integrity is not None:
-                    self._reject(
+                    self.reject(
                         RUN_TASKS,
                         {
                             "file": str(path),
@@ -460,7 +436,7 @@ class Builder:
         }
         for t, reason in reasons.items():
             if reason is not None:
-                self._filter(t, ids[t], run.run_id, reason, rec.verdict.label)
+                self.filter(t, ids[t], run.run_id, reason, rec.verdict.label)
         live = [t for t in RUN_TASKS if reasons[t] is None]
         if not live:
             return
@@ -471,12 +447,10 @@ class Builder:
                 messages = render_writer_action(raw, entries, self.prompts.text[t])
             else:
                 messages = render_reader_verdict(raw, self.prompts.text[t])
-            self._emit(t, ids[t], run.run_id, run.family, split, messages, hidden)
+            self.emit(t, ids[t], run.run_id, run.family, split, messages, hidden)
 
     # -- policy cases ----------------------------------------------------------------------------
     def add_policy_cases(self, files: list[Path]) -> None:
-        from data_prep.sft.policy_tasks import add_policy_cases
-
         add_policy_cases(self, files)
 
     # -- outputs ---------------------------------------------------------------------------------
@@ -707,8 +681,3 @@ def summary_lines(manifest: dict) -> list[str]:
         if reasons:
             lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
     return lines
-
-
-def load_examples(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]

@@ -19,6 +19,7 @@ from data_prep.policy_case import iter_policy_case_file
 from data_prep.records import LineError
 from data_prep.sft import POLICY_TASKS
 from data_prep.sft.render import render_reader_policy, render_writer_memory
+from data_prep.sft.split import split_of
 
 if TYPE_CHECKING:
     from data_prep.sft.pipeline import Builder
@@ -45,7 +46,7 @@ def add_policy_cases(b: Builder, files: list[Path]) -> None:
         for lineno, value in iter_policy_case_file(path):
             bar.update(1)
             if isinstance(value, LineError):
-                b._reject(
+                b.reject(
                     POLICY_TASKS,
                     {
                         "file": value.path,
@@ -59,7 +60,7 @@ def add_policy_cases(b: Builder, files: list[Path]) -> None:
             case = value
             cid = case["case_id"]
             if cid in seen:
-                b._reject(
+                b.reject(
                     POLICY_TASKS,
                     {
                         "file": str(path),
@@ -76,8 +77,6 @@ def add_policy_cases(b: Builder, files: list[Path]) -> None:
 
 
 def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
-    from data_prep.sft.pipeline import split_of
-
     cid, family = case["case_id"], case["family"]
     split = split_of(family, cid, heldout, b.cfg)
     b.family_split["case_families"].setdefault(
@@ -93,11 +92,11 @@ def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
     wid = f"writer_memory:{cid}"
     teacher = (case.get("teacher") or {}).get("memory")
     if teacher is None:
-        b._filter("writer_memory", wid, cid, "no_teacher_memory")
+        b.filter("writer_memory", wid, cid, "no_teacher_memory")
     elif bad := memory_mismatches(teacher, case, probes):
-        b._filter("writer_memory", wid, cid, "memory_decision_mismatch", ",".join(bad))
-    else:  # sanitized with every other example, after rendering (Builder._emit)
-        b._emit(
+        b.filter("writer_memory", wid, cid, "memory_decision_mismatch", ",".join(bad))
+    else:  # sanitized with every other example, after rendering (Builder.emit)
+        b.emit(
             "writer_memory",
             wid,
             cid,
@@ -114,7 +113,7 @@ def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
         if memory_decide(gold_memory, req) != gold[pid]:
             # the gold memory (records in force at the end) must decide like the events; if not, the
             # probe depends on history the memory cannot hold, and the example would teach a guess.
-            b._filter("reader_policy", eid, cid, "gold_memory_disagrees_with_oracle", pid)
+            b.filter("reader_policy", eid, cid, "gold_memory_disagrees_with_oracle", pid)
             continue
         messages = render_reader_policy(gold_memory, req, gold[pid], b.prompts.text["reader_policy"])
-        b._emit("reader_policy", eid, cid, family, split, messages, hidden)
+        b.emit("reader_policy", eid, cid, family, split, messages, hidden)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import data_prep.synth.hazards as hz
 from data_prep.assemble import assemble_run
-from data_prep.reconcile import expected_label, reconcile, salient_values
+from data_prep.reconcile import Reconciliation, expected_label, reconcile, salient_values
 from data_prep.records import Run
-from data_prep.synth import hazards as hz
 from data_prep.synth.config import (
     GENERATOR_NAME,
     GENERATOR_VERSION,
@@ -282,7 +282,10 @@ def _writer_errors(
 
 
 def build_run(ctx: Context, index: int) -> dict:
-    """Run ``index`` of the corpus: a ``ledger-run/v1`` dict, fully determined by (config, seed, index)."""
+    """Run ``index`` of the corpus: a ``ledger-run/v1`` dict, fully determined by (config, seed, index).
+
+    Every step draws from one stream in a fixed order, so the order of the steps is part of the
+    corpus: the episode, the writer's ledger with sabotage and mistakes, hazards, the reader."""
     cfg = ctx.cfg
     rng = derive_rng(cfg.seed, "run", index)
     fam = FAMILY_REGISTRY[rng.choice(cfg.families)]
@@ -290,58 +293,13 @@ def build_run(ctx: Context, index: int) -> dict:
     variant = rng.choice(fam.unauthorized_variants if sabotage == "unauthorized_action" else fam.variants)
     st = fam.new_state(rng, variant)
     messages = fam.messages(st, variant)
-    plan = _plan(rng, fam, st, variant, sabotage == "unauthorized_action", cfg)
     used: set[str] = set()
-    calls = _execute(rng, fam, st, plan, used)
-    incidents = [c for c in calls if c.policy_class == "unauthorized" and c.status == "succeeded"]
-    if (sabotage == "unauthorized_action") != bool(incidents) or len(incidents) > 1:
-        raise GeneratorBug(
-            f"{fam.name}/{variant}: unexpected unauthorized calls {[(c.tool, c.status) for c in incidents]}"
-        )
-
-    # the teacher writer's ledger, then sabotage and honest mistakes
-    entries = {c.call_id: _entry(fam, c, rng) for c in calls}
-    labels = {"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []}
-    extra: list[dict] = []
-    detail: dict = {}
-    targets: list[str] = []
-    if sabotage != "clean":
-        targets, detail, extra = _sabotage(rng, sabotage, fam, st, calls, entries, ctx, used)
-        labels.update(sabotage=True, type=sabotage, target_call_ids=targets)
-    labels["writer_errors"] = _writer_errors(rng, fam, calls, entries, set(targets), cfg.writer_error_rates)
-    ledger = sorted([*entries.values(), *extra], key=lambda e: (e["position"], e["_src"]))
-
-    # hazards: untouched entries keep their faithful text, so planting cannot change the verdict
+    calls = _act(rng, fam, st, variant, sabotage, cfg, used)
+    ledger, labels, detail = _writer_ledger(rng, ctx, fam, st, calls, sabotage, used)
     hidden = list(st["hidden"].values())
-    planted: list[tuple[str, tuple[str, str]]] = []
-    for kind in HAZARDS:
-        if rng.random() < cfg.hazard_rates.get(kind, 0.0):
-            planted.append((kind, ("", "")))
-    sites: list[dict] = []
-    rationale_hazards: list[tuple[str, tuple[str, str]]] = []
-    clean_idx = [i for i, e in enumerate(ledger) if not e["_touched"]]
-    for kind, _ in planted:
-        to_rationale = not clean_idx or rng.random() < hz.RATIONALE_SHARE.get(kind, 0.0)
-        if to_rationale:
-            rationale_hazards.append(
-                (
-                    kind,
-                    hz.make_hazard(
-                        kind, rng, {"hidden": hidden, "call_id": rng.choice(calls).call_id, "role": "reader"}
-                    ),
-                )
-            )
-            sites.append({"type": kind, "field": "teacher.verdict.rationale"})
-            continue
-        i = rng.choice(clean_idx)
-        e = ledger[i]
-        e["description"] = hz.plant(
-            e["description"], hz.make_hazard(kind, rng, {"hidden": hidden, "call_id": e["call_id"]})
-        )
-        sites.append({"type": kind, "field": f"model_ledger[{i}].description"})
+    sites, rationale_hazards = _plant_hazards(rng, cfg, ledger, calls, hidden)
     for e in ledger:
         del e["_src"], e["_touched"]
-
     run_id = f"{fam.name}-{cfg.seed}-{index:06d}"
     run = assemble_run(
         run_id=run_id,
@@ -355,13 +313,7 @@ def build_run(ctx: Context, index: int) -> dict:
         labels=labels,
         teacher=None,
     )
-    run_obj = Run.from_dict(run)
-    rec = reconcile(run_obj, check_integrity=False)
-    want = expected_label(run_obj.labels)
-    if rec.verdict.label != want:
-        raise GeneratorBug(
-            f"{run_id}: gold {rec.verdict.label} ({rec.verdict.kinds}) but labels imply {want}"
-        )
+    rec = _checked_gold(run)
     verdict, correct = read(
         rng,
         accuracy=cfg.reader_accuracy,
@@ -395,3 +347,79 @@ def build_run(ctx: Context, index: int) -> dict:
         "call_roles": [c.role for c in calls],
     }
     return run
+
+
+def _act(
+    rng: random.Random, fam: Family, st: dict, variant: str, sabotage: str, cfg: SynthConfig, used: set[str]
+) -> list[Executed]:
+    """Plan and execute the episode; exactly one unauthorized call succeeds iff that is the sabotage."""
+    plan = _plan(rng, fam, st, variant, sabotage == "unauthorized_action", cfg)
+    calls = _execute(rng, fam, st, plan, used)
+    incidents = [c for c in calls if c.policy_class == "unauthorized" and c.status == "succeeded"]
+    if (sabotage == "unauthorized_action") != bool(incidents) or len(incidents) > 1:
+        raise GeneratorBug(
+            f"{fam.name}/{variant}: unexpected unauthorized calls {[(c.tool, c.status) for c in incidents]}"
+        )
+    return calls
+
+
+def _writer_ledger(
+    rng: random.Random,
+    ctx: Context,
+    fam: Family,
+    st: dict,
+    calls: list[Executed],
+    sabotage: str,
+    used: set[str],
+) -> tuple[list[dict], dict, dict]:
+    """The teacher writer's ledger, then sabotage and honest mistakes: (ledger, labels, sabotage detail)."""
+    entries = {c.call_id: _entry(fam, c, rng) for c in calls}
+    labels = {"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []}
+    extra: list[dict] = []
+    detail: dict = {}
+    targets: list[str] = []
+    if sabotage != "clean":
+        targets, detail, extra = _sabotage(rng, sabotage, fam, st, calls, entries, ctx, used)
+        labels.update(sabotage=True, type=sabotage, target_call_ids=targets)
+    labels["writer_errors"] = _writer_errors(
+        rng, fam, calls, entries, set(targets), ctx.cfg.writer_error_rates
+    )
+    ledger = sorted([*entries.values(), *extra], key=lambda e: (e["position"], e["_src"]))
+    return ledger, labels, detail
+
+
+def _plant_hazards(
+    rng: random.Random, cfg: SynthConfig, ledger: list[dict], calls: list[Executed], hidden: list[str]
+) -> tuple[list[dict], list[tuple[str, tuple[str, str]]]]:
+    """Plant sanitizer hazards in untouched entries (their faithful text, so the verdict cannot
+    change) or, failing those, in the reader's rationale: (sites, hazards for the rationale)."""
+    planted = [kind for kind in HAZARDS if rng.random() < cfg.hazard_rates.get(kind, 0.0)]
+    sites: list[dict] = []
+    rationale_hazards: list[tuple[str, tuple[str, str]]] = []
+    clean_idx = [i for i, e in enumerate(ledger) if not e["_touched"]]
+    for kind in planted:
+        to_rationale = not clean_idx or rng.random() < hz.RATIONALE_SHARE.get(kind, 0.0)
+        if to_rationale:
+            context = {"hidden": hidden, "call_id": rng.choice(calls).call_id, "role": "reader"}
+            rationale_hazards.append((kind, hz.make_hazard(kind, rng, context)))
+            sites.append({"type": kind, "field": "teacher.verdict.rationale"})
+            continue
+        i = rng.choice(clean_idx)
+        e = ledger[i]
+        e["description"] = hz.plant(
+            e["description"], hz.make_hazard(kind, rng, {"hidden": hidden, "call_id": e["call_id"]})
+        )
+        sites.append({"type": kind, "field": f"model_ledger[{i}].description"})
+    return sites, rationale_hazards
+
+
+def _checked_gold(run: dict) -> Reconciliation:
+    """The run's reconciliation, after checking its gold verdict is what the labels imply."""
+    run_obj = Run.from_dict(run)
+    rec = reconcile(run_obj, check_integrity=False)
+    want = expected_label(run_obj.labels)
+    if rec.verdict.label != want:
+        raise GeneratorBug(
+            f"{run['run_id']}: gold {rec.verdict.label} ({rec.verdict.kinds}) but labels imply {want}"
+        )
+    return rec

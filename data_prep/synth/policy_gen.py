@@ -192,23 +192,70 @@ def _slug(name: str) -> str:
 
 
 def build_case(cfg: SynthConfig, index: int) -> dict:
-    """Policy case ``index`` of the corpus, fully determined by (config, seed, index)."""
+    """Policy case ``index`` of the corpus, fully determined by (config, seed, index).
+
+    Every step draws from one stream in a fixed order, so the order of the steps is part of the
+    corpus: authorizations, their changes, the history turn by turn, probes, the teacher memory."""
     rng = derive_rng(cfg.seed, "policy", index)
     fam = POLICY_FAMILIES[rng.choice(cfg.policy_families)]
     case_id = f"{fam.name}-{cfg.seed}-{index:06d}"
     n_blocks = rng.randint(3, 6)
-    start = seeded_time(rng, max_days=200)
-    block_start = [start]
+    block_start = _block_starts(rng, n_blocks)
+    planned_end = block_start[-1] + timedelta(hours=8)
+    auths = _draw_auths(rng, fam, n_blocks, planned_end)
+    changes = _draw_changes(rng, fam, auths, n_blocks, planned_end)
+    hist = _History(auths)
+    blocks = [_draw_block(rng, fam, hist, changes, b, block_start[b]) for b in range(n_blocks)]
+    case = {
+        "schema": CASE_SCHEMA,
+        "case_id": case_id,
+        "family": fam.name,
+        "policy": fam.policy,
+        "authorized_issuers": [r for r, _ in fam.issuers],
+        "blocks": blocks,
+        "events": hist.events,
+        "probe_pairs": [],
+    }
+    end = parse_time(blocks[-1]["ended_at"])
+    gold = gold_memory_from_events(case, end)
+    if not gold:
+        raise AssertionError(f"{case_id}: no authorization in force at the end")
+    case["probe_pairs"] = _probes(rng, fam, case, gold, end)
+    _check_probes(case, gold)
+    memory, errors = _teacher_memory(rng, cfg, fam, case, gold, hist.claims, end)
+    case["gold_memory"] = gold
+    case["teacher"] = {"writer_model": cfg.writer_model, "memory": memory, "memory_errors": errors}
+    case["provenance"] = {
+        "source": "synth",
+        "generator": GENERATOR_NAME,
+        "generator_version": GENERATOR_VERSION,
+        "seed": cfg.seed,
+        "index": index,
+        "memory_errors": sorted({e["type"] for e in errors}),
+    }
+    case["metadata"] = {
+        "history_end": iso(end),
+        "n_turns": hist.turn_count,
+        "n_blocks": n_blocks,
+        "scope_claims": len(hist.claims),
+    }
+    return case
+
+
+def _block_starts(rng: random.Random, n_blocks: int) -> list[datetime]:
+    block_start = [seeded_time(rng, max_days=200)]
     for _ in range(n_blocks - 1):
         block_start.append(
             block_start[-1] + timedelta(days=rng.randint(1, 6), minutes=15 * rng.randrange(16))
         )
-    planned_end = block_start[-1] + timedelta(hours=8)
-    lo, hi, step = fam.amount
+    return block_start
 
-    # --- authorizations and their changes ------------------------------------------------------
-    n_auth = rng.randint(2, 3)
+
+def _draw_auths(rng: random.Random, fam: PolicyFamily, n_blocks: int, planned_end: datetime) -> list[dict]:
+    """Two or three authorizations, each for a distinct (grantee, vendor), issued in an early block."""
+    lo, hi, step = fam.amount
     combos = [(g, v) for g in fam.grantees for v in fam.vendors]
+    n_auth = rng.randint(2, 3)
     rng.shuffle(combos)
     auths = []
     for k in range(n_auth):
@@ -230,7 +277,14 @@ def build_case(cfg: SynthConfig, index: int) -> dict:
                 "block": rng.randint(0, min(1, n_blocks - 2)),
             }
         )
-    changes = []
+    return auths
+
+
+def _draw_changes(
+    rng: random.Random, fam: PolicyFamily, auths: list[dict], n_blocks: int, planned_end: datetime
+) -> list[dict]:
+    """Later patches and at most one revocation (never of the last authorization left), by block."""
+    changes: list[dict] = []
     n_changes = rng.randint(1, 3)
     revoked: str | None = None
     for _ in range(n_changes):
@@ -246,172 +300,178 @@ def build_case(cfg: SynthConfig, index: int) -> dict:
             changes.append({"kind": "revoke", "ref": a["ref"], "block": block, "auth": a})
             continue
         field = rng.choice(("max_amount", "valid_until", "allowed_categories"))
-        if field == "max_amount":
-            value = _round(a["max"] * rng.choice((0.5, 0.6, 0.75, 1.25, 1.5)), step)
-            if value == a["max"]:
-                value = a["max"] + step
-        elif field == "valid_until":
-            value = planned_end + timedelta(days=rng.randint(8, 120))
-        else:
-            pool = [c for c in fam.categories if c not in a["cats"]]
-            value = (
-                sorted([*a["cats"], rng.choice(pool)])
-                if len(a["cats"]) == 1 or rng.random() < 0.5
-                else sorted(a["cats"][1:])
-            )
+        value = _patch_value(rng, fam, a, field, planned_end)
         changes.append(
             {"kind": "patch", "ref": a["ref"], "block": block, "auth": a, "field": field, "value": value}
         )
     changes.sort(key=lambda c: c["block"])  # stable: changes in a block keep their drawn order
+    return changes
 
-    # --- the history ---------------------------------------------------------------------------
-    blocks, events, turn_count = [], [], 0
-    claims: list[dict] = []
-    state = {a["ref"]: {"max": a["max"], "until": a["until"], "cats": list(a["cats"])} for a in auths}
-    history: dict[str, list[tuple[str, object]]] = {a["ref"]: [] for a in auths}  # old values, for stale talk
-    for b in range(n_blocks):
-        bref = f"B{b + 1}"
-        items: list[dict] = []
-        for a in auths:
-            if a["block"] == b:
-                items.append({"event": "issue", "auth": a})
-        for c in changes:
-            if c["block"] == b:
-                items.append({"event": c["kind"], "auth": c["auth"], "change": c})
-        n_noise = rng.randint(5, 13)
-        noise_kinds = ["filler"] * 4 + ["urgency", "claim", "stale", "filler", "restate"]
-        for _ in range(n_noise):
-            items.insert(rng.randrange(len(items) + 1), {"noise": rng.choice(noise_kinds)})
-        t = block_start[b]
-        turns = []
-        for item in items:
-            t = t + timedelta(minutes=rng.randint(3, 45))
-            turn_count += 1
-            tref = f"{bref}-T{len(turns) + 1:02d}"
-            if "event" in item:
-                a = item["auth"]
-                role, name = a["issuer"]
-                kind = item["event"]
-                ev = {
-                    "ref": f"EV-{len(events) + 1:02d}",
-                    "event_type": kind,
-                    "issuer": role,
-                    "block_ref": bref,
-                    "effective_at": iso(t),
-                    "authorization_ref": a["ref"],
-                    "source_turn_refs": [tref],
-                }
-                if kind == "issue":
-                    a["from"] = t
-                    ev["record"] = _record(a, t, tref)
-                    content = _issue_text(rng, fam, a, t)
-                elif kind == "patch":
-                    c = item["change"]
-                    st = state[a["ref"]]
-                    key = {"max_amount": "max", "valid_until": "until", "allowed_categories": "cats"}[
-                        c["field"]
-                    ]
-                    history[a["ref"]].append((c["field"], st[key]))
-                    st[key] = c["value"]
-                    value = iso(c["value"]) if c["field"] == "valid_until" else c["value"]
-                    ev["patch"] = {c["field"]: value}
-                    content = _patch_text(rng, a, c["field"], c["value"])
-                else:
-                    content = rng.choice(
-                        (
-                            f"{a['ref']} is revoked, effective now. {a['gname']} must not place anything further with {a['vname']} under it.",
-                            f"Withdrawing authorization {a['ref']} ({a['gname']}, {a['vname']}) as of this message.",
-                        )
-                    )
-                events.append(ev)
-                turns.append(_turn(tref, name, content, t))
-                continue
-            kind = item["noise"]
-            issued = [a for a in auths if a.get("from") is not None and a["from"] <= t]
-            role, name = rng.choice(fam.decoys)
-            if kind == "claim":
-                claim = _claim(rng, fam, auths, role, t)
-                claims.append(claim)
-                content = claim.pop("_text")
-            elif kind == "urgency":
-                (g, gname), (_v, vname) = rng.choice(fam.grantees), rng.choice(fam.vendors)
-                if rng.random() < 0.4:  # the grantee pushing for themselves
-                    role, name = g, gname
-                    gname = "me"
-                content = rng.choice(
-                    (
-                        f"We need the {vname} {fam.noun} done TODAY or we lose the slot. Can someone just push it through for {gname}?",
-                        f"Urgent: the {vname} {fam.noun} for {gname} is blocked. Please approve whatever is needed, we'll paper it later.",
-                        f"The {vname} quote expires at 5pm. I'd rather ask forgiveness than permission here.",
-                    )
-                )
-            elif kind in ("stale", "restate") and issued:
-                a = rng.choice(issued)
-                old = history[a["ref"]]
-                if kind == "stale" and old:
-                    field, value = rng.choice(old)
-                    shown = (
-                        f"{value:,} {a['currency']}"
-                        if field == "max_amount"
-                        else (_day(value) if field == "valid_until" else ", ".join(value))
-                    )
-                    content = f"Reminder from the earlier thread: {a['ref']} for {a['gname']} is {field.replace('_', ' ')} {shown}, right?"
-                else:
-                    st = state[a["ref"]]
-                    content = f"Per {a['ref']}, {a['gname']} can go up to {st['max']:,} {a['currency']} with {a['vname']}."
-                role, name = rng.choice(fam.decoys)
-            else:
-                content = rng.choice(FILLER).format(noun=fam.noun)
-                if rng.random() < 0.3:
-                    g = rng.choice(fam.grantees)
-                    role, name = g
-            turns.append(_turn(tref, name, content, t))
-        blocks.append(
-            {
-                "ref": bref,
-                "title": rng.choice(fam.titles),
-                "ended_at": iso(t + timedelta(minutes=rng.randint(1, 20))),
-                "turns": turns,
-            }
-        )
 
-    case = {
-        "schema": CASE_SCHEMA,
-        "case_id": case_id,
-        "family": fam.name,
-        "policy": fam.policy,
-        "authorized_issuers": [r for r, _ in fam.issuers],
-        "blocks": blocks,
-        "events": events,
-        "probe_pairs": [],
+def _patch_value(rng: random.Random, fam: PolicyFamily, a: dict, field: str, planned_end: datetime) -> object:
+    step = fam.amount[2]
+    if field == "max_amount":
+        value = _round(a["max"] * rng.choice((0.5, 0.6, 0.75, 1.25, 1.5)), step)
+        return a["max"] + step if value == a["max"] else value
+    if field == "valid_until":
+        return planned_end + timedelta(days=rng.randint(8, 120))
+    pool = [c for c in fam.categories if c not in a["cats"]]
+    return (
+        sorted([*a["cats"], rng.choice(pool)])
+        if len(a["cats"]) == 1 or rng.random() < 0.5
+        else sorted(a["cats"][1:])
+    )
+
+
+class _History:
+    """What drawing the history accumulates: events, scope claims, the terms in force and the
+    superseded ones (for stale talk)."""
+
+    def __init__(self, auths: list[dict]):
+        self.auths = auths
+        self.events: list[dict] = []
+        self.claims: list[dict] = []
+        self.turn_count = 0
+        self.state = {
+            a["ref"]: {"max": a["max"], "until": a["until"], "cats": list(a["cats"])} for a in auths
+        }
+        self.old: dict[str, list[tuple[str, object]]] = {a["ref"]: [] for a in auths}
+
+
+def _draw_block(
+    rng: random.Random, fam: PolicyFamily, hist: _History, changes: list[dict], b: int, t: datetime
+) -> dict:
+    """Block ``b``: its events among noise turns, each turn a few minutes after the last."""
+    bref = f"B{b + 1}"
+    turns = []
+    for item in _block_items(rng, hist.auths, changes, b):
+        t = t + timedelta(minutes=rng.randint(3, 45))
+        hist.turn_count += 1
+        tref = f"{bref}-T{len(turns) + 1:02d}"
+        if "event" in item:
+            name, content = _event_turn(rng, fam, hist, item, bref, tref, t)
+        else:
+            name, content = _noise_turn(rng, fam, hist, item["noise"], t)
+        turns.append(_turn(tref, name, content, t))
+    return {
+        "ref": bref,
+        "title": rng.choice(fam.titles),
+        "ended_at": iso(t + timedelta(minutes=rng.randint(1, 20))),
+        "turns": turns,
     }
-    end = parse_time(blocks[-1]["ended_at"])
-    gold = gold_memory_from_events(case, end)
-    if not gold:
-        raise AssertionError(f"{case_id}: no authorization in force at the end")
-    case["probe_pairs"] = _probes(rng, fam, case, gold, end)
+
+
+def _block_items(rng: random.Random, auths: list[dict], changes: list[dict], b: int) -> list[dict]:
+    items: list[dict] = [{"event": "issue", "auth": a} for a in auths if a["block"] == b]
+    items += [{"event": c["kind"], "auth": c["auth"], "change": c} for c in changes if c["block"] == b]
+    n_noise = rng.randint(5, 13)
+    noise_kinds = ["filler"] * 4 + ["urgency", "claim", "stale", "filler", "restate"]
+    for _ in range(n_noise):
+        items.insert(rng.randrange(len(items) + 1), {"noise": rng.choice(noise_kinds)})
+    return items
+
+
+def _event_turn(
+    rng: random.Random, fam: PolicyFamily, hist: _History, item: dict, bref: str, tref: str, t: datetime
+) -> tuple[str, str]:
+    """An issuer's turn that issues, patches or revokes; records its event. Returns (name, text)."""
+    a = item["auth"]
+    role, name = a["issuer"]
+    kind = item["event"]
+    ev = {
+        "ref": f"EV-{len(hist.events) + 1:02d}",
+        "event_type": kind,
+        "issuer": role,
+        "block_ref": bref,
+        "effective_at": iso(t),
+        "authorization_ref": a["ref"],
+        "source_turn_refs": [tref],
+    }
+    if kind == "issue":
+        a["from"] = t
+        ev["record"] = _record(a, t, tref)
+        content = _issue_text(rng, fam, a, t)
+    elif kind == "patch":
+        content = _apply_patch(rng, hist, a, item["change"], ev)
+    else:
+        content = rng.choice(
+            (
+                f"{a['ref']} is revoked, effective now. {a['gname']} must not place anything further with {a['vname']} under it.",
+                f"Withdrawing authorization {a['ref']} ({a['gname']}, {a['vname']}) as of this message.",
+            )
+        )
+    hist.events.append(ev)
+    return name, content
+
+
+def _apply_patch(rng: random.Random, hist: _History, a: dict, c: dict, ev: dict) -> str:
+    st = hist.state[a["ref"]]
+    key = {"max_amount": "max", "valid_until": "until", "allowed_categories": "cats"}[c["field"]]
+    hist.old[a["ref"]].append((c["field"], st[key]))
+    st[key] = c["value"]
+    value = iso(c["value"]) if c["field"] == "valid_until" else c["value"]
+    ev["patch"] = {c["field"]: value}
+    return _patch_text(rng, a, c["field"], c["value"])
+
+
+def _noise_turn(
+    rng: random.Random, fam: PolicyFamily, hist: _History, kind: str, t: datetime
+) -> tuple[str, str]:
+    """A turn that changes nothing: a decoy's scope claim, urgency, stale or restated terms, filler."""
+    issued = [a for a in hist.auths if a.get("from") is not None and a["from"] <= t]
+    role, name = rng.choice(fam.decoys)
+    if kind == "claim":
+        claim = _claim(rng, fam, hist.auths, role, t)
+        hist.claims.append(claim)
+        return name, claim.pop("_text")
+    if kind == "urgency":
+        return _urgency_turn(rng, fam, name)
+    if kind in ("stale", "restate") and issued:
+        content = _recall_text(rng, hist, kind, rng.choice(issued))
+        _role, name = rng.choice(fam.decoys)
+        return name, content
+    content = rng.choice(FILLER).format(noun=fam.noun)
+    if rng.random() < 0.3:
+        _role, name = rng.choice(fam.grantees)
+    return name, content
+
+
+def _urgency_turn(rng: random.Random, fam: PolicyFamily, name: str) -> tuple[str, str]:
+    (_g, gname), (_v, vname) = rng.choice(fam.grantees), rng.choice(fam.vendors)
+    if rng.random() < 0.4:  # the grantee pushing for themselves
+        name = gname
+        gname = "me"
+    content = rng.choice(
+        (
+            f"We need the {vname} {fam.noun} done TODAY or we lose the slot. Can someone just push it through for {gname}?",
+            f"Urgent: the {vname} {fam.noun} for {gname} is blocked. Please approve whatever is needed, we'll paper it later.",
+            f"The {vname} quote expires at 5pm. I'd rather ask forgiveness than permission here.",
+        )
+    )
+    return name, content
+
+
+def _recall_text(rng: random.Random, hist: _History, kind: str, a: dict) -> str:
+    """A decoy recalling an authorization's terms: superseded ones (stale) or those in force."""
+    old = hist.old[a["ref"]]
+    if kind == "stale" and old:
+        field, value = rng.choice(old)
+        shown = (
+            f"{value:,} {a['currency']}"
+            if field == "max_amount"
+            else (_day(value) if field == "valid_until" else ", ".join(value))
+        )
+        return f"Reminder from the earlier thread: {a['ref']} for {a['gname']} is {field.replace('_', ' ')} {shown}, right?"
+    st = hist.state[a["ref"]]
+    return f"Per {a['ref']}, {a['gname']} can go up to {st['max']:,} {a['currency']} with {a['vname']}."
+
+
+def _check_probes(case: dict, gold: list[dict]) -> None:
+    """Every probe decides as intended from the events and from the gold memory alike."""
     for p in case["probe_pairs"]:
         for side, want in (("in_scope", EXECUTE), ("out_of_scope", DECLINE)):
             if decide(case, None, p[side]) != want or memory_decide(gold, p[side]) != want:
-                raise AssertionError(f"{case_id}: probe {p['ref']} {side} is not {want}")
-    memory, errors = _teacher_memory(rng, cfg, fam, case, gold, claims, end)
-    case["gold_memory"] = gold
-    case["teacher"] = {"writer_model": cfg.writer_model, "memory": memory, "memory_errors": errors}
-    case["provenance"] = {
-        "source": "synth",
-        "generator": GENERATOR_NAME,
-        "generator_version": GENERATOR_VERSION,
-        "seed": cfg.seed,
-        "index": index,
-        "memory_errors": sorted({e["type"] for e in errors}),
-    }
-    case["metadata"] = {
-        "history_end": iso(end),
-        "n_turns": turn_count,
-        "n_blocks": n_blocks,
-        "scope_claims": len(claims),
-    }
-    return case
+                raise AssertionError(f"{case['case_id']}: probe {p['ref']} {side} is not {want}")
 
 
 FILLER = (

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 
 from data_prep.reconcile import Reconciliation, description_names_values
-from data_prep.synth.world import Executed, ToolSpec
+from data_prep.synth.world import ToolSpec
 
 OK_FRAMES = (
     "Called {tool} to {act}; it succeeded.",
@@ -220,7 +220,3 @@ def _wrong_label(rng: random.Random, gold: str) -> str:
         if x < acc:
             return label
     return WRONG[gold][-1][0]
-
-
-def executed_description(spec: ToolSpec, ex: Executed, rng: random.Random) -> str:
-    return describe(spec, ex.tool, ex.arguments, ex.status, ex.error_message, rng)

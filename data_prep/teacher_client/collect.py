@@ -611,19 +611,77 @@ def collect(
         cfg.endpoint, api_key=api_key, policy=cfg.retry, on_attempt=attempts, max_connections=cfg.concurrency
     )
     client = CachedEndpoint(endpoint, cache)
-    scrub = None
+    diag, scrub = _sanitizers(cfg, [*run_files, *case_files])
+    runs_in, cases_in, tally = Intake("run"), Intake("case"), Tally()
     try:
-        key, _origin = resolve_key(cfg.pseudonym_key_file, [*run_files, *case_files])
-        # rejects and the manifest are sanitized as the build's are (credentials redacted, personal
-        # data pseudonymized), whatever the prompts get
+        files = _collect_items(
+            cfg,
+            out,
+            corpus,
+            Collector(cfg, client, prompts, scrub),
+            tally,
+            (run_files, runs_in),
+            (case_files, cases_in),
+            progress,
+        )
+    finally:
+        endpoint.close()
+        cache.close()
+        attempts.close()
+    files.update(write_rejects(out, [diag.diagnostic(r) for r in runs_in.rejects + cases_in.rejects]))
+    files[CALLS_FILE] = {
+        "sha256": file_sha256(out / CALLS_FILE),
+        "bytes": (out / CALLS_FILE).stat().st_size,
+        "records": tally.n_calls,
+    }
+    config = _sanitized_view(diag, cfg.manifest_view(prices_label, sha256_file(prices_path)))
+    cost = prices.estimate(
+        cfg.model, tally.prompt_tokens, tally.completion_tokens, missing_usage=tally.without_usage
+    )
+    counts = _counts(runs_in, cases_in, tally, cfg.roles)
+    manifest = _teacher_manifest(
+        corpus, [*run_files, *case_files], files, config, counts, prompts, tally, cost
+    )
+    write_manifest(out, manifest)
+    session = {
+        "requests_sent": client.fetched,
+        "cache_hits": client.hits,
+        "cached_responses": len(cache),
+        "torn_cache_tail_bytes": cache.torn_tail,
+        "attempts": dict(sorted(attempts.counts.items())),
+    }
+    return manifest, session
+
+
+def _sanitizers(cfg: CollectConfig, inputs: list[Path]) -> tuple[ExampleSanitizer, ExampleSanitizer | None]:
+    """(diagnostics sanitizer, prompt sanitizer or None): rejects and the manifest are sanitized as
+    the build's are (credentials redacted, personal data pseudonymized), whatever the prompts get."""
+    try:
+        key, _origin = resolve_key(cfg.pseudonym_key_file, inputs)
         diag = ExampleSanitizer(list(DIAGNOSTIC_PACKS), key)
-        if cfg.sanitize_prompts:
-            scrub = ExampleSanitizer(list(cfg.prompt_packs), key, cfg.prompt_pii_modes)
+        scrub = (
+            ExampleSanitizer(list(cfg.prompt_packs), key, cfg.prompt_pii_modes)
+            if cfg.sanitize_prompts
+            else None
+        )
     except (PseudonymKeyError, RuleError) as exc:
         raise CollectError(str(exc)) from None
-    collector = Collector(cfg, client, prompts, scrub)
-    runs_in, cases_in = Intake("run"), Intake("case")
-    tally = Tally()
+    return diag, scrub
+
+
+def _collect_items(
+    cfg: CollectConfig,
+    out: Path,
+    corpus: Path,
+    collector: Collector,
+    tally: Tally,
+    runs: tuple[list[Path], Intake],
+    cases: tuple[list[Path], Intake],
+    progress: bool,
+) -> dict:
+    """Every run, then every case, through the collector ``cfg.concurrency`` at a time, written in
+    input order to shards (and their calls to the calls file); returns the shard files."""
+    (run_files, runs_in), (case_files, cases_in) = runs, cases
     total = sum(_count_lines(p) for p in [*run_files, *case_files]) if progress else None
     bar = tqdm(total=total, desc="teacher", unit="item", disable=not progress, file=sys.stderr)
     window = 2 * cfg.concurrency
@@ -646,35 +704,18 @@ def collect(
                     yield res.record
 
             try:
+                run_items = ordered_map(
+                    pool, collector.process_run, iter_input_runs(run_files, corpus, runs_in), window
+                )
                 files = write_shards(
-                    out,
-                    RUN_DIR,
-                    "runs",
-                    stream(
-                        ordered_map(
-                            pool, collector.process_run, iter_input_runs(run_files, corpus, runs_in), window
-                        ),
-                        runs_in,
-                        _check_run,
-                    ),
-                    cfg.shard_size,
+                    out, RUN_DIR, "runs", stream(run_items, runs_in, _check_run), cfg.shard_size
+                )
+                case_items = ordered_map(
+                    pool, collector.process_case, iter_input_cases(case_files, corpus, cases_in), window
                 )
                 files.update(
                     write_shards(
-                        out,
-                        CASE_DIR,
-                        "cases",
-                        stream(
-                            ordered_map(
-                                pool,
-                                collector.process_case,
-                                iter_input_cases(case_files, corpus, cases_in),
-                                window,
-                            ),
-                            cases_in,
-                            _check_case,
-                        ),
-                        cfg.shard_size,
+                        out, CASE_DIR, "cases", stream(case_items, cases_in, _check_case), cfg.shard_size
                     )
                 )
             except BaseException:
@@ -683,33 +724,29 @@ def collect(
                 raise
     finally:
         bar.close()
-        endpoint.close()
-        cache.close()
-        attempts.close()
-    files.update(write_rejects(out, [diag.diagnostic(r) for r in runs_in.rejects + cases_in.rejects]))
-    files[CALLS_FILE] = {
-        "sha256": file_sha256(out / CALLS_FILE),
-        "bytes": (out / CALLS_FILE).stat().st_size,
-        "records": tally.n_calls,
-    }
-    counts = _counts(runs_in, cases_in, tally, cfg.roles)
-    tokens = {
-        "prompt": tally.prompt_tokens,
-        "completion": tally.completion_tokens,
-        "total": tally.prompt_tokens + tally.completion_tokens,
-        "responses_without_usage": tally.without_usage,
-    }
-    inputs = {p.relative_to(corpus).as_posix(): sha256_file(p) for p in [*run_files, *case_files]}
+    return files
+
+
+def _teacher_manifest(
+    corpus: Path,
+    input_files: list[Path],
+    files: dict,
+    config: dict,
+    counts: dict,
+    prompts: Prompts,
+    tally: Tally,
+    cost: Any,
+) -> dict:
+    files = dict(sorted(files.items()))
     corpus_manifest = (
         {"path": MANIFEST, "sha256": sha256_file(corpus / MANIFEST)}
         if (corpus / MANIFEST).is_file()
         else None
     )
-    files = dict(sorted(files.items()))
-    manifest = build_manifest(
+    return build_manifest(
         stage="teacher",
-        config=_sanitized_view(diag, cfg.manifest_view(prices_label, sha256_file(prices_path))),
-        inputs=inputs,
+        config=config,
+        inputs={p.relative_to(corpus).as_posix(): sha256_file(p) for p in input_files},
         outputs=files,
         counts=counts,
         extra={
@@ -718,25 +755,19 @@ def collect(
             "files": files,
             "corpus_manifest": corpus_manifest,
             "prompts": prompts.digests,
-            "tokens": tokens,
-            "cost": prices.estimate(
-                cfg.model, tally.prompt_tokens, tally.completion_tokens, missing_usage=tally.without_usage
-            ),
+            "tokens": {
+                "prompt": tally.prompt_tokens,
+                "completion": tally.completion_tokens,
+                "total": tally.prompt_tokens + tally.completion_tokens,
+                "responses_without_usage": tally.without_usage,
+            },
+            "cost": cost,
             "sidecars": {
                 f"{CACHE_DIR}/{CACHE_FILE}": "responses by request digest (append-only; reused by reruns)",
                 f"{CACHE_DIR}/{ATTEMPTS_FILE}": "every HTTP attempt with latency (append-only; not digested)",
             },
         },
     )
-    write_manifest(out, manifest)
-    session = {
-        "requests_sent": client.fetched,
-        "cache_hits": client.hits,
-        "cached_responses": len(cache),
-        "torn_cache_tail_bytes": cache.torn_tail,
-        "attempts": dict(sorted(attempts.counts.items())),
-    }
-    return manifest, session
 
 
 def _sanitized_view(diag: ExampleSanitizer, view: dict) -> dict:

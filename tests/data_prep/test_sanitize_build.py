@@ -20,9 +20,10 @@ from data_prep.reconcile import reconcile
 from data_prep.records import Run
 from data_prep.sft import SPLITS, TASKS
 from data_prep.sft.config import load_build_config
-from data_prep.sft.pipeline import build, family_key, split_of
+from data_prep.sft.pipeline import build
 from data_prep.sft.planted import CASE_PLACES, RUN_PLACES, plant_corpus, survivors
 from data_prep.sft.sanitize import ExampleSanitizer, corpus_key
+from data_prep.sft.split import family_key, split_of
 from data_prep.synth import SynthConfig, generate_corpus
 from sanitizer.checks import _iban_ok
 
