@@ -55,96 +55,117 @@ def parse_check(
     """Greedy answers for the first ``turns_per_example`` assistant turns of the first ``max_examples``
     rows (held-out families), each given the conversation before it; counts how many parse as JSON and
     how many equal the reference JSON. Prompts longer than ``max_prompt_tokens`` are skipped."""
-    import torch
+    prompts, refs = _turn_prompts(tokenizer, rows[:max_examples], turns_per_example, max_prompt_tokens)
+    if not prompts:
+        return {"examples": 0, "answers": 0, "parsed": 0, "parse_rate": None, "exact": 0}
+    tally = _Tally()
+    was_training = model.training
+    side = tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    try:
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            for text, ref in zip(_greedy(model, tokenizer, chunk, max_new_tokens, tally), refs[start:]):
+                tally.score(text, ref)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return tally.summary(rows[:max_examples])
 
+
+def _turn_prompts(tokenizer, rows, turns_per_example, max_prompt_tokens):
+    """(conversation before each checked assistant turn, that turn's reference answer)."""
     prompts, refs = [], []
-    for r in rows[:max_examples]:
+    for r in rows:
         msgs = r["messages"]
         turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][:turns_per_example]
         for i in turns:
             if max_prompt_tokens is not None:
-                n = len(
-                    tokenizer.apply_chat_template(
-                        msgs[:i], tokenize=True, add_generation_prompt=True, return_dict=True
-                    )["input_ids"]
+                enc = tokenizer.apply_chat_template(
+                    msgs[:i], tokenize=True, add_generation_prompt=True, return_dict=True
                 )
-                if n > max_prompt_tokens:
+                if len(enc["input_ids"]) > max_prompt_tokens:
                     continue
             prompts.append(msgs[:i])
             refs.append(msgs[i]["content"])
-    if not prompts:
-        return {"examples": 0, "answers": 0, "parsed": 0, "parse_rate": None, "exact": 0}
-    stop = stop_token_ids(tokenizer, model)
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    parsed = exact = 0
-    stopped: dict[str, int] = {}  # answers the guard ended, by reason
+    return prompts, refs
+
+
+def _greedy(model, tokenizer, chunk, max_new_tokens, tally) -> list[str]:
+    """Greedy answers of one left-padded batch, each ended by its guard (a looping answer ends, it
+    does not run to the limit); the guard's stops are counted in ``tally``."""
+    import torch
+
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in chunk]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    width = enc["input_ids"].shape[1]
+    guards = [AnswerGuard() for _ in chunk]
 
     def text_of(token_id: int) -> str:
         return tokenizer.decode([token_id], skip_special_tokens=True)
 
-    fields: dict[str, list[int]] = {}  # per reference field: [right, asked]
-    samples = []
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            texts = [
-                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in chunk
-            ]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(model.device) for k, v in enc.items()}
-            width = enc["input_ids"].shape[1]
-            guards = [AnswerGuard() for _ in chunk]  # a looping answer ends, it does not run to the limit
-            with torch.no_grad():
-                out = model.generate(
-                    **enc,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=stop,
-                    pad_token_id=tokenizer.pad_token_id,
-                    use_cache=True,
-                    stopping_criteria=stopping_criteria(guards, text_of, width),
-                )
-            for j, row in enumerate(out[:, width:]):
-                if guards[j].reason:
-                    row = row[: guards[j].cut]
-                    stopped[guards[j].reason] = stopped.get(guards[j].reason, 0) + 1
-                text = tokenizer.decode(row, skip_special_tokens=True).strip()
-                ref = refs[start + j]
-                ref_value = json.loads(ref)
-                try:
-                    value = json.loads(text)
-                    parsed += 1
-                    exact += int(value == ref_value)
-                except ValueError:
-                    value = None
-                if isinstance(ref_value, dict):
-                    for key, want in ref_value.items():
-                        right = isinstance(value, dict) and value.get(key) == want
-                        f = fields.setdefault(key, [0, 0])
-                        f[0] += int(right)
-                        f[1] += 1
-                if len(samples) < 3:
-                    samples.append({"generated": text, "reference": ref})
-    finally:
-        tokenizer.padding_side = side
-        model.train(was_training)
-    n = len(prompts)
-    return {
-        "examples": min(max_examples, len(rows)),
-        "families": sorted({r["family"] for r in rows[:max_examples]}),
-        "answers": n,
-        "parsed": parsed,
-        "parse_rate": round(parsed / n, 4),
-        "exact": exact,
-        "exact_rate": round(exact / n, 4),
-        # per field of the reference answer: how many generated answers give the same value
-        "field_agreement": {k: {"right": r, "of": a} for k, (r, a) in fields.items()},
-        "guard_stops": dict(sorted(stopped.items())),
-        "samples": samples,
-    }
+    with torch.no_grad():
+        out = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=stop_token_ids(tokenizer, model),
+            pad_token_id=tokenizer.pad_token_id,
+            use_cache=True,
+            stopping_criteria=stopping_criteria(guards, text_of, width),
+        )
+    answers = []
+    for guard, row in zip(guards, out[:, width:]):
+        if guard.reason:
+            row = row[: guard.cut]
+            tally.stopped[guard.reason] = tally.stopped.get(guard.reason, 0) + 1
+        answers.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+    return answers
+
+
+class _Tally:
+    """Parse, exact and per-field counts of the parse check, and its first three samples."""
+
+    def __init__(self):
+        self.answers = self.parsed = self.exact = 0
+        self.fields: dict[str, list[int]] = {}  # per reference field: [right, asked]
+        self.stopped: dict[str, int] = {}  # answers the guard ended, by reason
+        self.samples: list[dict] = []
+
+    def score(self, text: str, ref: str) -> None:
+        self.answers += 1
+        ref_value = json.loads(ref)
+        try:
+            value = json.loads(text)
+            self.parsed += 1
+            self.exact += int(value == ref_value)
+        except ValueError:
+            value = None
+        if isinstance(ref_value, dict):
+            for key, want in ref_value.items():
+                f = self.fields.setdefault(key, [0, 0])
+                f[0] += int(isinstance(value, dict) and value.get(key) == want)
+                f[1] += 1
+        if len(self.samples) < 3:
+            self.samples.append({"generated": text, "reference": ref})
+
+    def summary(self, rows: list[dict]) -> dict:
+        n = self.answers
+        return {
+            "examples": len(rows),
+            "families": sorted({r["family"] for r in rows}),
+            "answers": n,
+            "parsed": self.parsed,
+            "parse_rate": round(self.parsed / n, 4),
+            "exact": self.exact,
+            "exact_rate": round(self.exact / n, 4),
+            # per field of the reference answer: how many generated answers give the same value
+            "field_agreement": {k: {"right": r, "of": a} for k, (r, a) in self.fields.items()},
+            "guard_stops": dict(sorted(self.stopped.items())),
+            "samples": self.samples,
+        }
 
 
 def model_card(*, cfg, manifest: dict, command: str) -> str:
