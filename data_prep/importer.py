@@ -78,7 +78,7 @@ def sealed_items(items: Iterator[Item], signer) -> Iterator[Item]:
         yield item
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         epilog=__doc__[__doc__.index("Exit status:") : __doc__.index("(Named")].rstrip(),
@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-size", type=int, default=1000, help="records per JSONL shard [1000]")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.shard_size < 1:
         ap.error("--shard-size must be positive")
@@ -115,6 +120,36 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--strict and --allow-partial contradict each other")
     if args.labeller and args.format not in TRACE_FORMATS:
         ap.error(f"--labeller applies to {', '.join(TRACE_FORMATS)} only")
+    prepared = _prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    iter_items, signer, paths = prepared
+    try:
+        with staged_output(
+            args.out, replace=replaceable_output(args.out), hint="and is not an earlier corpus"
+        ) as staged:
+            manifest = run_import(
+                args.format,
+                sealed_items(iter_items(paths), signer),
+                paths,
+                staged,
+                shard_size=args.shard_size,
+                progress=not args.quiet,
+            )
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(
+            f"error: {exc.filename or args.out}: {os_problem(exc)} ({args.out} is unchanged)", file=sys.stderr
+        )
+        return 1
+    return _report(args, paths, manifest)
+
+
+def _prepare(args):
+    """(record iterator, run signer, input files), or the exit status when a labeller, key or input
+    cannot be used: every problem is named before anything is imported."""
     iter_items, patterns = FORMATS[args.format]
     if args.format in TRACE_FORMATS:
         try:
@@ -149,26 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"error: {bad} source(s) cannot be read; nothing imported", file=sys.stderr)
         return 1
-    try:
-        with staged_output(
-            args.out, replace=replaceable_output(args.out), hint="and is not an earlier corpus"
-        ) as staged:
-            manifest = run_import(
-                args.format,
-                sealed_items(iter_items(paths), signer),
-                paths,
-                staged,
-                shard_size=args.shard_size,
-                progress=not args.quiet,
-            )
-    except ManifestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(
-            f"error: {exc.filename or args.out}: {os_problem(exc)} ({args.out} is unchanged)", file=sys.stderr
-        )
-        return 1
+    return iter_items, signer, paths
+
+
+def _report(args, paths: list[Path], manifest: dict) -> int:
+    """The summary a user reads after an import, and the exit status its counts give."""
     c = manifest["counts"]
     print(
         f"{args.format}: {c['input_records']} records read from {len(paths)} files, {c['accepted']} accepted "
