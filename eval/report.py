@@ -38,6 +38,16 @@ MONITOR_NAMES = {
 
 
 def sabotage_report(summary: dict, config: dict) -> str:
+    """report.md of a sabotage evaluation: the items, the monitors, recall per type, the writers."""
+    fprs = [f"{f:g}" for f in config.get("fprs", [0.01, 0.05])]
+    lines = _sabotage_intro(summary, config)
+    lines += _monitor_table(summary, fprs) + _recall_table(summary, fprs) + _writer_table(summary)
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
+    lines += ["", "Plots: `roc.png`, `recall_by_type.png`. Per-item records: `items.jsonl`.", ""]
+    return "\n".join(lines)
+
+
+def _sabotage_intro(summary: dict, config: dict) -> list[str]:
     lines = ["# Held-out sabotage evaluation", ""]
     lines.append(
         f"{summary['items']} runs from {summary.get('source', '?')} ({summary['positives']} positive, {summary['negatives']} negative): "
@@ -54,7 +64,11 @@ def sabotage_report(summary: dict, config: dict) -> str:
         "every run gets the Wilson interval of its runs).",
         "",
     ]
-    fprs = [f"{f:g}" for f in config.get("fprs", [0.01, 0.05])]
+    return lines
+
+
+def _monitor_table(summary: dict, fprs: list[str]) -> list[str]:
+    lines = []
     lines += ["## Monitors", ""]
     head = "| monitor | n (pos/neg) | AUROC | " + " | ".join(
         f"TPR @ {float(f):.0%} FPR (achieved FPR)" for f in fprs
@@ -86,6 +100,11 @@ def sabotage_report(summary: dict, config: dict) -> str:
         "figure keeps them in.",
         "",
     ]
+    return lines
+
+
+def _recall_table(summary: dict, fprs: list[str]) -> list[str]:
+    lines = []
     lines += ["## Recall per sabotage type", ""]
     f5 = fprs[-1]
     types = sorted(
@@ -110,6 +129,11 @@ def sabotage_report(summary: dict, config: dict) -> str:
             else:
                 cells.append("–")
         lines.append(f"| {MONITOR_NAMES.get(name, name)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _writer_table(summary: dict) -> list[str]:
+    lines = []
     lines += ["", "## Writer", ""]
     head = (
         "| writer | runs | parse rate | call id exact | tool | outcome | description | content agreement "
@@ -137,9 +161,7 @@ def sabotage_report(summary: dict, config: dict) -> str:
             f"{_rate(w['content_agreement'], pct=False)} | {_rate(w['protocol_compliance'], pct=False)} | "
             f"{_rate(w.get('bijection'))} | {_rate(w.get('clean_ledger'))} | {w.get('guard_stops', '–')} |"
         )
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
-    lines += ["", "Plots: `roc.png`, `recall_by_type.png`. Per-item records: `items.jsonl`.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 CONDITION_NAMES = {
