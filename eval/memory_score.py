@@ -52,15 +52,9 @@ from data_prep.oracle import (
     record_fields,
     records_at,
 )
+from data_prep.policy_case import MEMORY_ERRORS
 
-MEMORY_ERROR_TYPES = (
-    "omission",
-    "missing_record",
-    "broadening",
-    "contradiction",
-    "stale_retention",
-    "extra_record",
-)
+MEMORY_ERROR_TYPES = MEMORY_ERRORS  # the policy-case schema's vocabulary: labels and scores agree
 # what the oracle needs to apply a record: its patchable fields, each scope key on its own
 DECISION_FIELDS = PATCHABLE
 SCOPE_LISTS = tuple(f"scope.{k}" for k in SCOPE_MEMBER.values())
