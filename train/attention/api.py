@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from . import cpu_fused
 from .semantics import check_problem, resolve_precision
 from .torch_impl import blockwise_attention_torch
 
@@ -69,7 +70,8 @@ def blockwise_attention(
             (transformers' Gemma 3 convention).
         softcap: ``softcap * tanh(scores / softcap)`` before masking.
         backend: ``"torch"`` (any device), ``"triton"`` (CUDA, or the interpreter) or ``"auto"``
-            (triton on CUDA, torch elsewhere).
+            (triton on CUDA, torch elsewhere; on the CPU, fp32 causal global problems go to PyTorch's
+            fused kernel, see ``cpu_fused``).
         key_padding_mask: optional (B, Lk) bool, True for real keys.
         attn_mask: optional 4-D mask broadcastable to (B, Hq, Lq, Lk): bool (True = attend) or an
             additive float bias; combined with everything above.
@@ -103,4 +105,6 @@ def blockwise_attention(
         from .triton_impl import blockwise_attention_triton
 
         return blockwise_attention_triton(q, k, v, problem, key_padding_mask, attn_mask, block_size)
+    if backend == "auto" and block_size is None and cpu_fused.eligible(q, problem, key_padding_mask, attn_mask):
+        return cpu_fused.fused_attention(q, k, v, problem, cu_seqlens)
     return blockwise_attention_torch(q, k, v, problem, key_padding_mask, attn_mask, block_size)
