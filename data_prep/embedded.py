@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +95,28 @@ def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) 
         print(f"embedded default: building SFT datasets into {sft}", flush=True)
         build(corpus, sft, load_build_config(DEFAULT_BUILD_CONFIG), progress=progress, overwrite=True)
     return sft
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the embedded default alone (what the training command does on first use), so a user
+    can see and time that step: ``python data_prep/embedded.py [--cache-dir DIR]``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--cache-dir", type=Path, help="cache directory (default $LEDGERWRIGHT_CACHE or .cache/ledgerwright)"
+    )
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = ap.parse_args(argv)
+    try:
+        corpus = ensure_default_corpus(args.cache_dir, progress=not args.quiet)
+        sft = ensure_default_sft(args.cache_dir, progress=not args.quiet)
+    except (ManifestError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"embedded default: corpus {corpus}, SFT datasets {sft}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

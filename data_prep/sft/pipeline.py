@@ -35,9 +35,9 @@ from data_prep.reconcile import reconcile
 from data_prep.records import LineError, Run, iter_jsonl
 from data_prep.sft import POLICY_TASKS, RUN_TASKS, SPLITS, TASKS
 from data_prep.sft.config import REPO_ROOT, BuildConfig
+from data_prep.sft.conservation import StageCounts
 from data_prep.sft.dedup import Deduplicator
 from data_prep.sft.filters import reader_verdict_reason, writer_action_reason
-from data_prep.sft.ledger import StageCounts
 from data_prep.sft.policy_tasks import add_policy_cases
 from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action
 from data_prep.sft.sanitize import ExampleSanitizer, PseudonymKeyError, resolve_key

@@ -1,4 +1,4 @@
-"""Counting ledger of the build: every input unit ends in exactly one outcome, and the sums are checked.
+"""The build's conservation counts: every input unit ends in exactly one outcome, and the sums are checked.
 
 Units: a run yields one candidate per run task; a policy case yields one writer-memory candidate and
 one reader-policy candidate per probe request. A line that cannot be loaded counts as one rejected
