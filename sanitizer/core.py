@@ -299,7 +299,7 @@ class Sanitizer:
         nothing is found. The strings are scanned joined by newlines (the load-time contract: a
         pattern matches alone as inside the join); only those a raw match touches are sanitized."""
         allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
-        touched = self._touched(texts, allowed, literals)
+        touched = self._touched(texts, [allowed] * len(texts), literals)
         if not touched:
             return None
         out: list[tuple[str, list[Finding], bool]] = [(t, [], False) for t in texts]
@@ -347,7 +347,11 @@ class Sanitizer:
         name key or a salutation; a leading title dropped), sorted: passed as ``names`` they are
         found again wherever they occur, in running prose too, and get the same surrogate."""
         found: set[str] = set()
+        texts = list(texts)
+        joined = "\n".join(texts).encode("utf-8", "surrogatepass")  # one search rules out most examples
         for _i, cr in self._name_rules:
+            if cr.match(joined, 0, len(joined)) is None:
+                continue
             for text in texts:
                 b = text.encode("utf-8", "surrogatepass")
                 if cr.match(b, 0, len(b)) is None:
@@ -358,13 +362,38 @@ class Sanitizer:
                         found.add(name)
         return tuple(sorted(found))
 
-    def _touched(
-        self, texts: Sequence[str], allowed: frozenset[int] | None, literals: Sequence[LiteralRule]
+    def touched(
+        self,
+        texts: Sequence[str],
+        paths: Sequence[str],
+        dynamic_literals: Iterable[str] = (),
+        names: Iterable[str] = (),
     ) -> list[int]:
-        """Indices of the strings a raw match of an applicable rule touches (confirmers not run), or
-        that hold invisible characters: a superset of those :meth:`_sanitize_string` would change.
-        After a string is marked the scan resumes at the next string's start."""
+        """Indices of the texts that :meth:`sanitize_text` (``texts[i]`` at ``paths[i]``, with these
+        literals and names) may change: a superset found by one scan of all of them joined, so the
+        turns of a chat example that nothing can touch are passed without a scan of their own."""
+        info = {p: self._path_info(None, _concrete_to_npath(p)).allowed for p in set(paths)}
+        # a literal rule matches only where its text occurs: the absent ones are left out (a
+        # substring test is ten times faster than the alternation with its word boundaries)
         joined = "\n".join(texts)
+        dynamic_literals = tuple(x for x in dynamic_literals if x and x in joined)
+        names = tuple(x for x in names if x and x in joined)
+        _, literals = self._text_rules(None, dynamic_literals, (), names)
+        return self._touched(texts, [info[p] for p in paths], literals, joined)
+
+    def _touched(
+        self,
+        texts: Sequence[str],
+        allowed: Sequence[frozenset[int] | None],
+        literals: Sequence[LiteralRule],
+        joined: str | None = None,
+    ) -> list[int]:
+        """Indices of the strings a raw match of a rule that applies to them touches (``allowed[i]``:
+        the set rules that apply to ``texts[i]``, None for all; confirmers not run), or that hold
+        invisible characters: a superset of those :meth:`_sanitize_string` would change. After a
+        string is marked the scan resumes at the next string's start."""
+        if joined is None:
+            joined = "\n".join(texts)
         b = joined.encode("utf-8", "surrogatepass")
         need: set[int] = set()
         if joined.isascii():
@@ -376,17 +405,18 @@ class Sanitizer:
         starts = [0, *accumulate(n + 1 for n in lengths)]
         starts.pop()
         engine = self._engine
-        scans: list[Any] = []
+        kinds = set(allowed)
+        scans: list[tuple[Any, int]] = []  # (match, set-rule index; -1 for a literal rule)
         for h in engine.hits(b):
-            if allowed is not None and h not in allowed:
+            if None not in kinds and not any(h in a for a in kinds):
                 continue
             cr = engine.set_rules[h]
-            scans.append(cr.match)
+            scans.append((cr.match, h))
             if cr.close_match is not None:
-                scans.append(cr.close_match)
-        scans.extend(lr.match for lr in literals)
+                scans.append((cr.close_match, h))
+        scans.extend((lr.match, -1) for lr in literals)
         n = len(b)
-        for match in scans:
+        for match, h in scans:
             pos = 0
             while pos <= n:
                 spans = match(b, pos, n)
@@ -395,7 +425,10 @@ class Sanitizer:
                 s0, e0 = spans[0]
                 first = bisect_right(starts, s0) - 1
                 last = bisect_right(starts, max(e0 - 1, s0)) - 1
-                need.update(range(first, last + 1))
+                for i in range(first, last + 1):
+                    a = allowed[i]
+                    if h < 0 or a is None or h in a:
+                        need.add(i)
                 if last + 1 >= len(starts):
                     break
                 pos = starts[last + 1]
@@ -411,6 +444,17 @@ class Sanitizer:
             return True
         allowed = self._path_info(None, _concrete_to_npath(path)).allowed
         return allowed is None or any(h in allowed for h in hits)
+
+    def may_change(self, text: str, path: str | None = None, literals: Iterable[str] = ()) -> bool:
+        """Whether :meth:`sanitize_text` with these dynamic literals or names (and no quote literals)
+        may change or find anything; False is certain. A literal rule matches only where its text
+        occurs, so a substring test rules it out before any regex runs."""
+        if has_invisible(text):
+            return True
+        for lit in literals:
+            if lit and lit in text:
+                return True
+        return self.may_match(text, path)
 
     def _quotable(self, text: str, min_length: int) -> bool:
         """A source string long enough to be a quote once placeholders (earlier redactions) are
