@@ -117,11 +117,11 @@ class ExampleSanitizer:
         hidden = tuple(hidden)
         turns = [i for i, m in enumerate(messages) if m["role"] != "system"]
         texts = [messages[i]["content"] for i in turns]
-        # person names labelled anywhere in the example are pseudonymized in every turn, prose too
-        names = self.san.person_names(texts)
         paths = [f"{task}.{messages[i]['role']}" for i in turns]
-        # one scan of the turns joined rules out those nothing can touch (most of them)
-        need = {turns[k] for k in self.san.touched(texts, paths, hidden, names)}
+        # one scan of the turns joined: person names found anywhere in the example (pseudonymized in
+        # every turn, prose too), and the turns nothing can touch (most of them), passed as they are
+        names, touched, hits = self.san.scan_turns(texts, paths, hidden)
+        need = {turns[k] for k in touched}
         for i, m in enumerate(messages):
             role, text = m["role"], m["content"]
             if role == "system":  # a prompt file: the same for every example of the task
@@ -131,7 +131,7 @@ class ExampleSanitizer:
                     done = self._system[key] = self._text(text, f"{task}.system", (), context)
                 new, fnd, drp = done
             elif i in need:
-                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context, names, checked=True)
+                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context, names, hits)
             else:
                 out.append(m)
                 continue
@@ -149,10 +149,11 @@ class ExampleSanitizer:
         hidden: tuple[str, ...],
         context: str,
         names: tuple[str, ...] = (),
-        checked: bool = False,
+        hits: list[int] | None = None,
     ) -> tuple[str, list[Finding], list[str]]:
-        """``checked``: the caller found that a rule may match (:meth:`Sanitizer.touched`)."""
-        if not checked and not self.san.may_change(text, path, hidden + names):
+        """``hits``: the set's hits on the example's turns joined, given when that scan found that a
+        rule may touch this turn (:meth:`Sanitizer.scan_turns`)."""
+        if hits is None and not self.san.may_change(text, path, hidden + names):
             return text, [], []  # nothing can match: the common case, one set pass
         value = None
         if text[:1] in "{[" and text[-1:] in "}]":
@@ -163,7 +164,9 @@ class ExampleSanitizer:
             if value is not None and laid_out(value) != text:
                 value = None
         if value is None:
-            new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context, names=names)
+            new, fnd, dropped = self.san.sanitize_text(
+                text, hidden, path=path, context=context, names=names, may_hit=hits
+            )
             return new, fnd, [f.rule_id for f in fnd if f.action == "drop"] if dropped else []
         strings: list[str] = []
         _strings(value, strings)
