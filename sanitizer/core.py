@@ -65,6 +65,7 @@ DEFAULT_PROTECTED_KEYS = ("call_id", "cited_call_ids", "target_call_ids", "run_i
 DEFAULT_DYNAMIC_EXCLUDE = ("metadata.hidden_identifiers",)
 HIDDEN_ID_PRIORITY = 90
 _PATH_CACHE_MAX = 50_000
+RULE_SCANS_MAX = 6  # more rules hit in a join than this: each string gets its own set pass instead
 
 
 @dataclass(slots=True)
@@ -422,7 +423,16 @@ class Sanitizer:
             scans.append((cr.match, h))
             if cr.close_match is not None:
                 scans.append((cr.close_match, h))
-        scans.extend((lr.match, -1) for lr in literals)
+        if len(scans) > RULE_SCANS_MAX and len(texts) > 1:
+            # many rules hit: one set pass per text costs less than a scan of the join per rule
+            for i, t in enumerate(texts):
+                if i not in need:
+                    a = allowed[i]
+                    if any(a is None or h in a for h in engine.hits(t.encode("utf-8", "surrogatepass"))):
+                        need.add(i)
+            scans = []
+        # literal rules first: a name or an id that occurs marks its text, which no rule scans again
+        scans[:0] = [(lr.match, -1) for lr in literals]
         n = len(b)
         last_text = len(starts) - 1
         for match, h in scans:
