@@ -65,13 +65,47 @@ def _card_ok(digits: bytes) -> bool:
     return luhn_ok(digits)
 
 
+def _usual_length(digits: bytes) -> int | None:
+    """The length a card of this network nearly always has (Visa, Mastercard, Discover 16, Amex 15),
+    None for a prefix without one: what a card must have to be taken out of a longer digit run."""
+    if digits[:1] == b"4" or b"51" <= digits[:2] <= b"55" or digits[:4] == b"6011" or digits[:2] == b"65":
+        return 16
+    if digits[:2] in (b"34", b"37"):
+        return 15
+    if digits[:1] == b"2" and digits[:4].isdigit() and 2221 <= int(digits[:4]) <= 2720:
+        return 16
+    return None
+
+
+def _glued(digits: bytes) -> int | None:
+    """How many digits (one or two) are glued before a card in a run that is not a card itself: the
+    rest must have its network's usual length and pass Luhn, so a long id is rarely taken apart
+    (and a run of 19 digits never)."""
+    for k in (1, 2):
+        rest = digits[k:]
+        if _usual_length(rest) == len(rest) and _card_ok(rest):
+            return k
+    return None
+
+
 def card(matched: bytes) -> tuple[int, int] | None:
-    """13-19 digits (spaces/dashes ignored), a card-network prefix, and a valid Luhn check digit."""
+    """13-19 digits (spaces/dashes ignored), a card-network prefix, and a valid Luhn check digit; or
+    such a card with one or two digits glued before it (see :func:`_glued`)."""
     if b" " not in matched and b"-" not in matched:
-        return (0, len(matched)) if _card_ok(matched) else None
+        if _card_ok(matched):
+            return 0, len(matched)
+        k = _glued(matched)
+        return None if k is None else (k, len(matched))
     for s, e in _windows(matched, 13, 19):
         if _card_ok(matched[s:e].translate(None, b" -")):
             return s, e
+    groups = _groups(matched)
+    k = groups[0][1] - 4  # a first group of 5 or 6 digits: 4 of the card, the rest glued before
+    if k in (1, 2):
+        for _s, e in groups[2:]:
+            digits = matched[k:e].translate(None, b" -")
+            if _usual_length(digits) == len(digits) and _card_ok(digits):
+                return k, e
     return None
 
 
@@ -98,27 +132,39 @@ def _iban_ok(s: bytes) -> bool:
     return int(moved.translate(_IBAN_DIGITS)) % 97 == 1
 
 
+def _iban_starts(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(offset, group index)`` where an IBAN may start: inside the first group (letters or digits
+    glued before it: ``ACCTDE89...``; within its last 34 characters, the longest IBAN) and at the
+    start of every later group."""
+    gs, ge = groups[0]
+    first = range(max(gs, ge - 34), max(gs, ge - 3))
+    return (
+        [(gs, 0)] * (gs < ge - 34) + [(s, 0) for s in first] + [(g[0], i) for i, g in enumerate(groups) if i]
+    )
+
+
 def iban(matched: bytes) -> tuple[int, int] | None:
     """ISO 13616: country letters, check digits, the country's length, mod-97 remainder 1. Groups glued
-    on either side (``LH64 DE89 ... 00 4711``) are cut off: the IBAN may start at any group that opens
-    with two letters and two digits."""
+    on either side (``LH64 DE89 ... 00 4711``) are cut off, and so is a run glued before the IBAN in
+    its first group: the IBAN may start at any offset of the first group and at any later group that
+    opens with two letters and two digits."""
     groups = _groups(matched)
-    for i, (gs, _ge) in enumerate(groups):
-        head = matched[gs : gs + 4]
+    for start, i in _iban_starts(groups):
+        head = matched[start : start + 4]
         if len(head) < 4 or not head[:2].isalpha() or not head[2:].isdigit():
             continue
         want = IBAN_LENGTHS.get(head[:2].decode("ascii").upper())
         if want is None:
             continue
-        n = 0
+        n = -(start - groups[i][0])
         for s, e in groups[i:]:
             n += e - s
             if n > want:
                 break
             if n != want:
                 continue
-            if _iban_ok(matched[gs:e].translate(None, b" -")):
-                return gs, e
+            if _iban_ok(matched[start:e].translate(None, b" -")):
+                return start, e
     return None
 
 
@@ -160,6 +206,39 @@ def high_entropy(matched: bytes) -> tuple[int, int] | None:
     return (0, n) if bits >= 4.2 else None
 
 
+# Capitalized words that follow a given name in ledger text without making it a person's name
+# (Grace Period, Dana Point Hotel): the name ends before the first of them.
+NOT_SURNAMES = frozenset(
+    b"""Account Accounts Admin Agent Airlines Airport Alert Analytics API App Approval Approved Avenue
+    Bank Batch Billing Board Cafe Calendar Card Catering Center Centre City Client Cloud Company Corp
+    Corporation Council Courier County Credit Customer Dashboard Data Debit Department Desk Due Entry
+    Express Facilities Fee Finance Fund Group Hall Hardware Holdings Hospital Hotel House Inc Invoice
+    Lab Labs Lake Ledger Limited LLC Logistics Ltd Manager Market Media Network Notes Office Order Park
+    Partners Pay Payment Payments Period Plan Plaza Point Policy Portal Print Project Refund Report
+    Request Road School Service Services Shop Square Station Status Street Studio Summary Supply
+    Support System Systems Team Tech Ticket Tool Tower Transfer Travel Trust University Update Vendor
+    Wallet Way""".split()
+)
+
+
+def person_name(matched: bytes) -> tuple[int, int] | None:
+    """A given name and a surname, not a given name before an organisation or a common word: the
+    first capitalized word after the given name (and particles) must not be one of
+    :data:`NOT_SURNAMES`; a later one cuts the name short before it."""
+    words = matched.split(b" ")
+    i = 2 if words[0].rstrip(b".") in (b"Mr", b"Mrs", b"Ms", b"Mx", b"Dr", b"Prof") else 1
+    while i < len(words) and not words[i][:1].isupper():
+        i += 1  # empty pieces between spaces, particles (van, der, al ...)
+    if i >= len(words) or words[i] in NOT_SURNAMES:
+        return None
+    end = sum(len(w) + 1 for w in words[: i + 1]) - 1
+    for j in range(i + 1, len(words)):
+        if words[j] in NOT_SURNAMES:
+            break
+        end += len(words[j]) + 1
+    return 0, len(matched[:end].rstrip(b" "))
+
+
 def _never(matched: bytes) -> tuple[int, int] | None:
     return None  # replaced by the Sanitizer, which knows the other rules (see core.Sanitizer)
 
@@ -170,4 +249,5 @@ VALIDATORS: dict[str, Callable[[bytes], tuple[int, int] | None]] = {
     "credential": credential,
     "high_entropy": high_entropy,
     "base64_secret": _never,
+    "person_name": person_name,
 }

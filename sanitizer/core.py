@@ -65,6 +65,7 @@ DEFAULT_PROTECTED_KEYS = ("call_id", "cited_call_ids", "target_call_ids", "run_i
 DEFAULT_DYNAMIC_EXCLUDE = ("metadata.hidden_identifiers",)
 HIDDEN_ID_PRIORITY = 90
 _PATH_CACHE_MAX = 50_000
+RULE_SCANS_MAX = 6  # more rules hit in a join than this: each string gets its own set pass instead
 
 
 @dataclass(slots=True)
@@ -277,12 +278,15 @@ class Sanitizer:
         quote_literals: Iterable[str] = (),
         context: str = "",
         names: Iterable[str] = (),
+        may_hit: Sequence[int] | None = None,
     ) -> tuple[str, list[Finding], bool]:
         """Sanitize one string. ``path`` (a field path) limits the rules to those whose ``fields``
         cover it; ``None`` applies every rule. ``quote_literals`` are oracle strings for quote rules;
-        ``names`` are person names (:meth:`person_names`) treated like the names the rule finds."""
+        ``names`` are person names (:meth:`person_names`) treated like the names the rule finds.
+        ``may_hit``: the set's hits on a text that holds this one verbatim (:meth:`scan_turns`),
+        which spare the first pass its own set scan."""
         allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
-        out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context)
+        out, findings, drops = self._sanitize_string(text, allowed, literals, path or "", context, may_hit)
         return out, findings, bool(drops)
 
     def sanitize_texts(
@@ -299,7 +303,7 @@ class Sanitizer:
         nothing is found. The strings are scanned joined by newlines (the load-time contract: a
         pattern matches alone as inside the join); only those a raw match touches are sanitized."""
         allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
-        touched = self._touched(texts, allowed, literals)
+        touched = self._touched(texts, [allowed] * len(texts), literals)
         if not touched:
             return None
         out: list[tuple[str, list[Finding], bool]] = [(t, [], False) for t in texts]
@@ -335,37 +339,71 @@ class Sanitizer:
                 literals.append(lr)
         names = tuple(names)
         if names:
-            for i, cr in self._name_rules:
-                if allowed is None or i in allowed:
-                    lr = _name_rule(names, cr)
-                    if lr is not None:
-                        literals.append(lr)
+            # the name rules all pseudonymize a name alike; of their literal rules for the same span
+            # the highest priority would win, so only that one is made
+            ok = [cr for i, cr in self._name_rules if allowed is None or i in allowed]
+            lr = _name_rule(names, max(ok, key=lambda c: (c.priority, -c.order))) if ok else None
+            if lr is not None:
+                literals.append(lr)
         return allowed, literals
 
     def person_names(self, texts: Iterable[str]) -> tuple[str, ...]:
-        """The person names the ``person_name`` rule finds in labelled places of these texts (after a
-        name key or a salutation; a leading title dropped), sorted: passed as ``names`` they are
-        found again wherever they occur, in running prose too, and get the same surrogate."""
+        """The person names the ``person_name`` rules find in these texts (labelled: after a name key
+        or a salutation; or a listed given name and a surname; a leading title dropped), sorted:
+        passed as ``names`` they are found again wherever they occur, in running prose too, and get
+        the same surrogate."""
+        return self._names_in("\n".join(texts).encode("utf-8", "surrogatepass"))
+
+    def _names_in(self, joined: bytes, hits: Sequence[int] | None = None) -> tuple[str, ...]:
+        """Names in texts joined by newlines (a name never spans a newline, and the patterns match
+        alone as inside the join, checked at load: the names of each text alone). ``hits``: the
+        set's hits on ``joined``, when known; a name rule not among them is not run."""
         found: set[str] = set()
-        for _i, cr in self._name_rules:
-            for text in texts:
-                b = text.encode("utf-8", "surrogatepass")
-                if cr.match(b, 0, len(b)) is None:
-                    continue
-                for s, e in confirmed_spans(cr, b):
-                    name = drop_title(b[s:e].decode("utf-8", "surrogatepass"))
-                    if name:
-                        found.add(name)
+        for i, cr in self._name_rules:
+            if hits is not None and i not in hits:
+                continue
+            for s, e in confirmed_spans(cr, joined):
+                name = drop_title(joined[s:e].decode("utf-8", "surrogatepass"))
+                if name:
+                    found.add(name)
         return tuple(sorted(found))
 
-    def _touched(
-        self, texts: Sequence[str], allowed: frozenset[int] | None, literals: Sequence[LiteralRule]
-    ) -> list[int]:
-        """Indices of the strings a raw match of an applicable rule touches (confirmers not run), or
-        that hold invisible characters: a superset of those :meth:`_sanitize_string` would change.
-        After a string is marked the scan resumes at the next string's start."""
+    def scan_turns(
+        self, texts: Sequence[str], paths: Sequence[str], dynamic_literals: Iterable[str] = ()
+    ) -> tuple[tuple[str, ...], list[int], list[int]]:
+        """``(names, touched, hits)`` for the turns of one chat example from one set pass over them
+        joined: the :meth:`person_names` of the turns, the indices of the turns that
+        :meth:`sanitize_text` (``texts[i]`` at ``paths[i]``, with these literals and those names)
+        may change (a superset: the others need no scan of their own), and the set's hits (a
+        superset of each turn's, for ``may_hit``)."""
         joined = "\n".join(texts)
         b = joined.encode("utf-8", "surrogatepass")
+        hits = self._engine.hits(b)
+        names = self._names_in(b, hits) if hits else ()
+        info = {p: self._path_info(None, _concrete_to_npath(p)).allowed for p in set(paths)}
+        # a literal rule matches only where its text occurs: the absent ones are left out (a
+        # substring test is ten times faster than the alternation with its word boundaries)
+        dynamic_literals = tuple(x for x in dynamic_literals if x and x in joined)
+        _, literals = self._text_rules(None, dynamic_literals, (), names)
+        return names, self._touched(texts, [info[p] for p in paths], literals, joined, b, hits), hits
+
+    def _touched(
+        self,
+        texts: Sequence[str],
+        allowed: Sequence[frozenset[int] | None],
+        literals: Sequence[LiteralRule],
+        joined: str | None = None,
+        b: bytes | None = None,
+        hits: list[int] | None = None,
+    ) -> list[int]:
+        """Indices of the strings a raw match of a rule that applies to them touches (``allowed[i]``:
+        the set rules that apply to ``texts[i]``, None for all; confirmers not run), or that hold
+        invisible characters: a superset of those :meth:`_sanitize_string` would change. After a
+        string is marked the scan resumes at the next string's start."""
+        if joined is None:
+            joined = "\n".join(texts)
+        if b is None:
+            b = joined.encode("utf-8", "surrogatepass")
         need: set[int] = set()
         if joined.isascii():
             lengths = map(len, texts)
@@ -376,29 +414,49 @@ class Sanitizer:
         starts = [0, *accumulate(n + 1 for n in lengths)]
         starts.pop()
         engine = self._engine
-        scans: list[Any] = []
-        for h in engine.hits(b):
-            if allowed is not None and h not in allowed:
+        kinds = set(allowed)
+        scans: list[tuple[Any, int]] = []  # (match, set-rule index; -1 for a literal rule)
+        for h in engine.hits(b) if hits is None else hits:
+            if None not in kinds and not any(h in a for a in kinds):
                 continue
             cr = engine.set_rules[h]
-            scans.append(cr.match)
+            scans.append((cr.match, h))
             if cr.close_match is not None:
-                scans.append(cr.close_match)
-        scans.extend(lr.match for lr in literals)
+                scans.append((cr.close_match, h))
+        if len(scans) > RULE_SCANS_MAX and len(texts) > 1:
+            # many rules hit: one set pass per text costs less than a scan of the join per rule
+            for i, t in enumerate(texts):
+                if i not in need:
+                    a = allowed[i]
+                    if any(a is None or h in a for h in engine.hits(t.encode("utf-8", "surrogatepass"))):
+                        need.add(i)
+            scans = []
+        # literal rules first: a name or an id that occurs marks its text, which no rule scans again
+        scans[:0] = [(lr.match, -1) for lr in literals]
         n = len(b)
-        for match in scans:
-            pos = 0
+        last_text = len(starts) - 1
+        for match, h in scans:
+            pos = k = 0
             while pos <= n:
+                while k in need:  # a text marked already needs no scan
+                    k += 1
+                if k > last_text:
+                    break
+                pos = max(pos, starts[k])
                 spans = match(b, pos, n)
                 if spans is None:
                     break
                 s0, e0 = spans[0]
                 first = bisect_right(starts, s0) - 1
                 last = bisect_right(starts, max(e0 - 1, s0)) - 1
-                need.update(range(first, last + 1))
+                for i in range(first, last + 1):
+                    a = allowed[i]
+                    if h < 0 or a is None or h in a:
+                        need.add(i)
                 if last + 1 >= len(starts):
                     break
                 pos = starts[last + 1]
+                k = last + 1
         return sorted(need)
 
     def may_match(self, text: str, path: str | None = None) -> bool:
@@ -411,6 +469,17 @@ class Sanitizer:
             return True
         allowed = self._path_info(None, _concrete_to_npath(path)).allowed
         return allowed is None or any(h in allowed for h in hits)
+
+    def may_change(self, text: str, path: str | None = None, literals: Iterable[str] = ()) -> bool:
+        """Whether :meth:`sanitize_text` with these dynamic literals or names (and no quote literals)
+        may change or find anything; False is certain. A literal rule matches only where its text
+        occurs, so a substring test rules it out before any regex runs."""
+        if has_invisible(text):
+            return True
+        for lit in literals:
+            if lit and lit in text:
+                return True
+        return self.may_match(text, path)
 
     def _quotable(self, text: str, min_length: int) -> bool:
         """A source string long enough to be a quote once placeholders (earlier redactions) are
@@ -428,7 +497,7 @@ class Sanitizer:
         rx = literal_regex(lits) if lits else None
         if rx is None:
             return None
-        return LiteralRule(cr.id, cr.rule.placeholder, cr.priority, cr.order, rx)
+        return LiteralRule(cr.id, cr.rule.placeholder, cr.priority, cr.order, rx, lits)
 
     def _sanitize_string(
         self,
@@ -437,6 +506,7 @@ class Sanitizer:
         literals: Sequence[LiteralRule],
         path: str,
         context: str,
+        may_hit: Sequence[int] | None = None,
     ) -> tuple[str, list[Finding], list[str]]:
         engine = self._engine
         findings: list[Finding] = []
@@ -445,9 +515,12 @@ class Sanitizer:
             stripped = text.translate(_INVISIBLE)
             findings.append(Finding(INVISIBLE_RULE, "strip", path, 0, len(text) - len(stripped), "", context))
             text = stripped
+            may_hit = None  # the scanned text still held them
         for _ in range(self.max_passes):
             b = text.encode("utf-8", "surrogatepass")
-            cands, drop_spans = engine.candidates(b, allowed, literals)
+            active = [lr for lr in literals if not lr.absent_from(text)] if literals else literals
+            cands, drop_spans = engine.candidates(b, allowed, active, may_hit)
+            may_hit = None  # a changed text is scanned afresh
             if not cands and not drop_spans:
                 break
             chosen = resolve(cands)
@@ -539,7 +612,7 @@ class Sanitizer:
         dyn = tuple(dynamic_literals) if dynamic_literals else ()
         dyn_rx = literal_regex(dyn) if dyn else None
         dyn_lr = (
-            LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, dyn_rx)
+            LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, dyn_rx, dyn)
             if dyn_rx
             else None
         )
@@ -786,7 +859,9 @@ def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
     """The hidden-identifier rule for one workflow's identifiers (made once per list)."""
     rx = literal_regex(literals)
     return (
-        None if rx is None else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx)
+        None
+        if rx is None
+        else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx, literals)
     )
 
 
@@ -796,7 +871,7 @@ def _name_rule(names: tuple[str, ...], cr: CompiledRule) -> LiteralRule | None:
     rx = literal_regex(names)
     if rx is None:
         return None
-    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx)
+    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx, names)
     lr.action, lr.pseudo = cr.action, cr.pseudo
     return lr
 

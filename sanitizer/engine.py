@@ -248,9 +248,18 @@ class LiteralRule:
         "check",
         "kind",
         "pseudo",
+        "texts",
     )
 
-    def __init__(self, rule_id: str, placeholder: str, priority: int, order: int, regex: re2._Regexp):
+    def __init__(
+        self,
+        rule_id: str,
+        placeholder: str,
+        priority: int,
+        order: int,
+        regex: re2._Regexp,
+        texts: tuple[str, ...] = (),
+    ):
         self.id = rule_id
         self.action = REDACT
         self.priority = priority
@@ -262,6 +271,11 @@ class LiteralRule:
         self.check = None
         self.kind = "literal"
         self.pseudo = None
+        self.texts = texts  # the literals: where none occurs, the regex cannot match
+
+    def absent_from(self, text: str) -> bool:
+        """True when no literal occurs in ``text`` (a substring test instead of a regex scan)."""
+        return bool(self.texts) and not any(t in text for t in self.texts)
 
     def allowed(self, seg: bytes) -> bool:
         return False
@@ -604,12 +618,15 @@ class Engine:
         b: bytes,
         allowed: frozenset[int] | None,
         literals: Sequence[LiteralRule],
+        hits: Sequence[int] | None = None,
     ) -> tuple[list[tuple[int, int, object]], list[tuple[int, int, object]]]:
-        """Confirmed spans for one string: (spans to apply, drop matches)."""
+        """Confirmed spans for one string: (spans to apply, drop matches). ``hits``: set rules known
+        to hold every rule that can match ``b`` (the hits of a text it is part of), else one set pass."""
         cands: list[tuple[int, int, object]] = []
         drops: list[tuple[int, int, object]] = []
         protect: list[tuple[int, int]] = []  # surrogates made earlier: nothing inside them matches
-        hits = self.hits(b)
+        if hits is None:
+            hits = self.hits(b)
         for i in sorted(hits):
             if allowed is not None and i not in allowed:
                 continue

@@ -8,6 +8,7 @@ the rule id and the reason, so a bad rule is refused at load instead of silently
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ DEFAULT_PACKS = ("reasoning", "secrets", "leakage")
 
 ACTIONS = ("redact", "strip", "drop", "pseudonymize")
 KINDS = ("regex", "block", "quote")
-VALIDATORS = ("card", "iban", "credential", "high_entropy", "base64_secret")
+VALIDATORS = ("card", "iban", "credential", "high_entropy", "base64_secret", "person_name")
 PII_CLASSES = ("email", "iban", "phone", "card", "person_name")
 PII_MODES = ("redact", "pseudonymize", "keep")
 
@@ -43,6 +44,7 @@ _RULE_KEYS = {
     "sources",
     "min_length",
     "pii",
+    "words",
     "examples",
 }
 _PACK_KEYS = {"pack", "version", "description", "defaults", "rules"}
@@ -160,6 +162,20 @@ def _placeholder_ok(p: str) -> bool:
     return all(c.isascii() and (c.isalnum() or c in "_:") for c in body)
 
 
+def _with_words(pattern: Any, words: Any, rule_id: str) -> Any:
+    """A pattern's ``{words}`` replaced by an alternation of the rule's ``words`` (literal texts,
+    escaped, longest first): a long vocabulary stays a list in the pack, not one unreadable line."""
+    if words is None:
+        return pattern
+    items = _str_list(words, rule_id, "words")
+    if not items or not all(items):
+        raise RuleError(rule_id, "words must be a non-empty list of non-empty strings")
+    if not isinstance(pattern, str) or pattern.count("{words}") != 1:
+        raise RuleError(rule_id, "a rule with words needs {words} once in its pattern")
+    alternation = "|".join(re.escape(w) for w in sorted(set(items), key=lambda w: (-len(w), w)))
+    return pattern.replace("{words}", f"(?:{alternation})")
+
+
 def parse_rule(raw: Any, pack: str, defaults: Mapping[str, Any]) -> Rule:
     """Check one rule's shape and build a :class:`Rule` (pattern validity is checked at compile)."""
     if not isinstance(raw, Mapping):
@@ -180,7 +196,7 @@ def parse_rule(raw: Any, pack: str, defaults: Mapping[str, Any]) -> Rule:
     action = raw.get("action", defaults.get("action"))
     if action not in ACTIONS:
         raise RuleError(rid, f"action must be one of {'|'.join(ACTIONS)}, got {action!r}")
-    pattern = raw.get("pattern")
+    pattern = _with_words(raw.get("pattern"), raw.get("words"), rid)
     close = raw.get("close")
     if kind in ("regex", "block") and (not isinstance(pattern, str) or not pattern):
         raise RuleError(rid, "pattern (RE2 syntax) is required")

@@ -26,7 +26,6 @@ from typing import Any
 
 from data_prep.sft.render import laid_out
 from sanitizer import Finding, Sanitizer
-from sanitizer.core import has_invisible
 from sanitizer.pseudonym import Pseudonymizer, derive_key
 
 KEY_ENV = "LEDGERWRIGHT_PSEUDONYM_KEY_FILE"
@@ -116,9 +115,14 @@ class ExampleSanitizer:
         findings: list[Finding] = []
         drops: list[str] = []
         hidden = tuple(hidden)
-        # person names labelled anywhere in the example are pseudonymized in every turn, prose too
-        names = self.san.person_names([m["content"] for m in messages if m["role"] != "system"])
-        for m in messages:
+        turns = [i for i, m in enumerate(messages) if m["role"] != "system"]
+        texts = [messages[i]["content"] for i in turns]
+        paths = [f"{task}.{messages[i]['role']}" for i in turns]
+        # one scan of the turns joined: person names found anywhere in the example (pseudonymized in
+        # every turn, prose too), and the turns nothing can touch (most of them), passed as they are
+        names, touched, hits = self.san.scan_turns(texts, paths, hidden)
+        need = {turns[k] for k in touched}
+        for i, m in enumerate(messages):
             role, text = m["role"], m["content"]
             if role == "system":  # a prompt file: the same for every example of the task
                 key = (task, text)
@@ -126,8 +130,11 @@ class ExampleSanitizer:
                 if done is None:
                     done = self._system[key] = self._text(text, f"{task}.system", (), context)
                 new, fnd, drp = done
+            elif i in need:
+                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context, names, hits)
             else:
-                new, fnd, drp = self._text(text, f"{task}.{role}", hidden, context, names)
+                out.append(m)
+                continue
             findings.extend(fnd)
             for d in drp:
                 if d not in drops:
@@ -136,12 +143,20 @@ class ExampleSanitizer:
         return out, findings, drops
 
     def _text(
-        self, text: str, path: str, hidden: tuple[str, ...], context: str, names: tuple[str, ...] = ()
+        self,
+        text: str,
+        path: str,
+        hidden: tuple[str, ...],
+        context: str,
+        names: tuple[str, ...] = (),
+        hits: list[int] | None = None,
     ) -> tuple[str, list[Finding], list[str]]:
+        """``hits``: the set's hits on the example's turns joined, given when that scan found that a
+        rule may touch this turn (:meth:`Sanitizer.scan_turns`)."""
+        if hits is None and not self.san.may_change(text, path, hidden + names):
+            return text, [], []  # nothing can match: the common case, one set pass
         value = None
         if text[:1] in "{[" and text[-1:] in "}]":
-            if not hidden and not names and not has_invisible(text) and not self.san.may_match(text, path):
-                return text, [], []  # nothing can match: the common case, one set pass
             try:
                 value = json.loads(text)
             except ValueError:
@@ -149,7 +164,9 @@ class ExampleSanitizer:
             if value is not None and laid_out(value) != text:
                 value = None
         if value is None:
-            new, fnd, dropped = self.san.sanitize_text(text, hidden, path=path, context=context, names=names)
+            new, fnd, dropped = self.san.sanitize_text(
+                text, hidden, path=path, context=context, names=names, may_hit=hits
+            )
             return new, fnd, [f.rule_id for f in fnd if f.action == "drop"] if dropped else []
         strings: list[str] = []
         _strings(value, strings)

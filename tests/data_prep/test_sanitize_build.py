@@ -309,3 +309,39 @@ def test_reader_inputs_carry_no_verdict_phrases(corpus, tmp_path):
                         m["role"],
                         phrase.search(m["content"]),
                     )
+
+
+def _pack_texts() -> list[str]:
+    from sanitizer.rules import load_packs
+
+    packs = load_packs(["reasoning", "secrets", "leakage"])
+    return [ex.text for p in packs for r in p.rules for ex in r.positive + r.negative]
+
+
+def test_turns_scanned_together_are_sanitized_as_one_by_one():
+    """The example-level scan only skips turns: every turn comes out as sanitizing it alone gives."""
+    from data_prep.sft.render import laid_out
+
+    scrub = ExampleSanitizer(["reasoning", "secrets", "leakage"], b"turns-key" * 4)
+    texts = _pack_texts() + ["Calendar C-1 of Priya Raman", "ordinary text", "V-118 was cited"]
+    rng = random.Random(3)
+    for _ in range(120):
+        turns = rng.sample(texts, 4)
+        msgs = [{"role": "system", "content": "You write ledgers."}]
+        msgs += [{"role": r, "content": t} for r, t in zip(("user", "assistant"), turns[:2])]
+        msgs.append({"role": "user", "content": "\n".join(turns[2:])})
+        msgs.append({"role": "assistant", "content": laid_out({"entries": turns, "n": 1})})
+        for task in ("writer_action", "reader_verdict"):
+            got, findings, _ = scrub.messages(task, msgs, ("V-118",))
+            names = scrub.san.person_names([m["content"] for m in msgs[1:]])
+            want = [msgs[0]["content"]] + [
+                scrub._text(m["content"], f"{task}.{m['role']}", ("V-118",), "", names)[0] for m in msgs[1:]
+            ]
+            assert [m["content"] for m in got] == want
+
+
+def test_person_names_of_texts_joined_are_those_of_each_text():
+    scrub = ExampleSanitizer(["secrets"], b"names-key" * 4)
+    texts = _pack_texts() + ['{"traveler": "Dana Whitfield"}', "Hi Omar Haddad", "Grace Okafor\nRaman"]
+    alone = sorted({n for t in texts for n in scrub.san.person_names([t])})
+    assert list(scrub.san.person_names(texts)) == alone and "Grace Okafor" in alone

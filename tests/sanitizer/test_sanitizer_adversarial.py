@@ -87,6 +87,12 @@ CASES = [
     ("name_words", ["secrets.person_name"], _fill("Ab ", "Dear ")),
     ("name_salutations", ["secrets.person_name"], _fill("Dear Dr. ")),
     ("name_flood", ["secrets.person_name"], _fill('"traveler": "Dana Whitfield", ')),
+    ("given_names_alone", ["secrets.person_name_given"], _fill("Dana said ")),
+    ("given_names_stopwords", ["secrets.person_name_given"], _fill("Grace Period Bank ")),
+    ("given_name_flood", ["secrets.person_name_given"], _fill("Dr. Priya van der Raman ")),
+    ("iban_glued_run", ["secrets.iban"], _fill("A1", "", "DE89 3704 0044 0532 0130 00")),
+    ("card_glued_flood", ["secrets.card_number"], _fill("74111111111111111 ")),
+    ("card_glued_groups", ["secrets.card_number"], _fill("94111 1111 1111 1111 ")),
 ]
 
 

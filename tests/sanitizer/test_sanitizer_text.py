@@ -180,6 +180,12 @@ def test_placeholders_are_stable():
         ("call x415-555-0132 now", "415-555-0132"),
         ("write to abcjane.roe@acme-corp.io", "jane.roe@acme-corp.io"),
         ("write to 7jane.roe@acme-corp.io", "jane.roe@acme-corp.io"),
+        ("ref 74111111111111111 declined", "4111111111111111"),
+        ("ref 09378282246310005.", "378282246310005"),
+        ("card 94111 1111 1111 1111 on file", "4111 1111 1111 1111"),
+        ("ACCTDE89370400440532013000 closed", "DE89370400440532013000"),
+        ("ref 7GB82WEST12345698765432.", "GB82WEST12345698765432"),
+        ("REF9DE89 3704 0044 0532 0130 00 paid", "DE89 3704 0044 0532 0130 00"),
     ],
 )
 def test_personal_data_glued_to_what_precedes_it_is_found(text, original):
@@ -187,9 +193,54 @@ def test_personal_data_glued_to_what_precedes_it_is_found(text, original):
     assert original not in out and "[SECRET:" in out
 
 
-def test_a_digit_glued_before_a_card_makes_another_number():
-    # documented limit: 14111... is a 17-digit number, not a card with a digit in front of it
-    assert clean("ref 14111111111111111") == "ref 14111111111111111"
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ref 14111111111111112",  # 17 digits whose last 16 fail Luhn
+        "event 1767225600123456789 id 9223372036854775807",  # 19 digits are never taken apart
+        "ref 1234111111111111111",  # three digits glued: too many
+        "ref 5411111111111111",  # 16 digits: a Visa needs 16 after the glued digit
+        "call_1a2b3c4d5e6f call_4111111111111111f 4111111111111111abc",
+        "ACCTDE89370400440532013001 XDE89370400440532013000Z",  # bad check digits; glued after
+    ],
+)
+def test_long_digit_and_letter_runs_are_not_taken_apart(text):
+    assert clean(text) == text
+
+
+def test_a_card_in_a_digit_run_keeps_the_glued_digits():
+    san = Sanitizer.from_packs(["secrets"], pseudonymizer=Pseudonymizer())
+    out = san.sanitize_text("ref 74111111111111111 and 4111111111111111")[0]
+    glued, alone = out.split()[1], out.split()[3]
+    assert "4111111111111111" not in out and glued[0] == "7" and glued[1:] == alone and luhn_ok(alone)
+
+
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ('{"name": "Dana Whitfield", "tool": "rebook_flight"}', "Dana Whitfield"),
+        ("Calendar C-77 of Priya Raman (E-1042) needs a hold", "Priya Raman"),
+        ("approved by Dr. Aiko van der Berg Ledger Team", "Aiko van der Berg"),
+        ("refund for Tomás Herrera-Osei.", "Herrera-Osei"),
+        ("wire from Fatima Haddad Payments", "Fatima Haddad"),
+    ],
+)
+def test_person_names_without_a_label_are_found(text, name):
+    out = clean(text)
+    assert name not in out and "[SECRET:person_name]" in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "Northwind Office Supply", "tool": "update_vendor"}',
+        "within the Grace Period of the Dana Point Hotel; Maria is out",
+        "Bill Payment and Mark Complete for the May Update",
+        "the omar raman account",
+    ],
+)
+def test_words_after_a_given_name_that_make_no_person_stay(text):
+    assert clean(text) == text
 
 
 @pytest.mark.parametrize(
