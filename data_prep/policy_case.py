@@ -33,6 +33,7 @@ from data_prep.oracle import (
     is_scope,
     parse_time,
 )
+from data_prep.canonical import StrictJSONError, canonical_bytes
 from data_prep.records import LineError, RecordError, iter_jsonl
 
 CASE_SCHEMA = "policy-case/v1"
@@ -87,6 +88,10 @@ EVENT_FIELDS = (
     "patch",
 )
 PROBE_FIELDS = ("ref", "dimension", "in_scope", "out_of_scope")
+# ``metadata.analysis``: what EAL-Bench files under ``benchmark`` to slice results by; never shown to a model
+ANALYSIS_SCALARS = ("split", "case_family_id", "lifecycle", "history_length_band")
+ANALYSIS_LISTS = ("memory_hazards", "target_dimensions", "distractor_types")
+ANALYSIS_EXTRA_BYTES = 4096  # other keys are kept as given, up to this much canonical JSON
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "policy-case-v1.schema.json"
 
 
@@ -291,7 +296,35 @@ def validate_policy_case(d: Any, where: str = "$", *, require_all: bool = True) 
     for key in ("provenance", "metadata"):
         if key in d:
             _obj(d[key], f"{where}.{key}")
+    if "analysis" in d.get("metadata", {}):
+        validate_analysis(d["metadata"]["analysis"], f"{where}.metadata.analysis")
     return d
+
+
+def validate_analysis(a: Any, where: str) -> dict:
+    """The known analysis keys typed (non-empty strings, lists of them); the rest kept but bounded, so a
+    case file cannot smuggle bulk data into every corpus, summary and item record."""
+    a = _obj(a, where)
+    for key in ANALYSIS_SCALARS:
+        if key in a:
+            _str(a, key, where)
+    for key in ANALYSIS_LISTS:
+        if key in a and "" in _strs(a, key, where):
+            raise RecordError(f"{where}.{key}", "expected non-empty strings")
+    extra = {k: v for k, v in a.items() if k not in ANALYSIS_SCALARS + ANALYSIS_LISTS}
+    try:
+        size = len(canonical_bytes(extra))
+    except StrictJSONError as exc:
+        raise RecordError(where, f"other keys are not JSON data ({exc})") from None
+    if size > ANALYSIS_EXTRA_BYTES:
+        raise RecordError(where, f"other keys take {size} bytes, more than {ANALYSIS_EXTRA_BYTES}")
+    return a
+
+
+def analysis_keys(case: dict, key: str) -> list[str]:
+    """The distinct values of one analysis list of a case, in order (none when the case has none)."""
+    values = (case.get("metadata") or {}).get("analysis", {}).get(key, [])
+    return list(dict.fromkeys(values))
 
 
 def _validate_case_header(d: dict, where: str, require_all: bool) -> None:

@@ -10,9 +10,13 @@ Two shapes are read, told apart by nothing but their fields:
 
 What the conversion does, field by field:
 
-- top-level fields beyond ours (``schema_version``, ``source_id_namespace``, ``benchmark``, ``tags``,
+- top-level fields beyond ours (``schema_version``, ``source_id_namespace``, ``tags``,
   ``authoring_hash``, and any other) are never rejected: they are kept verbatim under
   ``metadata.eal`` and listed in ``provenance.kept_fields``; the known ones are type-checked;
+- ``benchmark`` (EAL-Bench's analysis metadata: ``memory_hazards``, ``target_dimensions``,
+  ``distractor_types``, ``lifecycle``, ``history_length_band``, ``case_family_id``, ``split``) becomes
+  ``metadata.analysis``, typed by ``validate_analysis`` (other keys kept, bounded in size), so that the
+  policy-reuse report can break results down by it; it is analysis data and never reaches a prompt;
 - ``family``: the file's ``family``, else ``benchmark.case_family_id``, else the case id less a trailing
   number;
 - ``turns[].occurred_at`` may be left out; it is then derived the way EAL-Bench derives it: a turn that
@@ -53,7 +57,13 @@ from pathlib import Path
 from data_prep.importers.common import IMPORTER_VERSION, Accepted, Item, Rejected
 from data_prep.importers.yaml_lines import YamlError, line_of, load_with_lines
 from data_prep.oracle import gold_memory_from_events, parse_time
-from data_prep.policy_case import CASE_SCHEMA, lifecycle_problems, probe_problems, validate_policy_case
+from data_prep.policy_case import (
+    CASE_SCHEMA,
+    lifecycle_problems,
+    probe_problems,
+    validate_analysis,
+    validate_policy_case,
+)
 from data_prep.records import RecordError
 
 REQUIRED = ("case_id", "policy", "authorized_issuers", "blocks", "events", "probe_pairs")
@@ -263,15 +273,17 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
         kept[key] = value
     if "tags" in kept and not all(isinstance(t, str) for t in kept["tags"]):
         raise YamlError(line_of(lines, "$.tags"), "$.tags", "expected a list of strings")
-    bench = kept.get("benchmark", {})
-    if "case_family_id" in bench and not (
-        isinstance(bench["case_family_id"], str) and bench["case_family_id"]
-    ):
-        field = "$.benchmark.case_family_id"
-        raise YamlError(line_of(lines, field), field, "expected a non-empty string")
+    bench = kept.pop("benchmark", {})
     meta = raw.get("metadata", {})
     if not isinstance(meta, dict):
         raise YamlError(line_of(lines, "$.metadata"), "$.metadata", "expected a mapping")
+    if bench and "analysis" in meta:
+        field = "$.metadata.analysis"
+        raise YamlError(line_of(lines, field), field, "given twice: here and as benchmark")
+    try:
+        validate_analysis(bench, "$.benchmark")
+    except RecordError as exc:
+        raise YamlError(line_of(lines, exc.field), exc.field, exc.problem) from None
     for key in ("title", "description", "family"):
         if key in raw and not isinstance(raw[key], str):
             raise YamlError(line_of(lines, f"$.{key}"), f"$.{key}", "expected a string")
@@ -284,6 +296,8 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
             metadata[key] = raw[key]
     if kept:
         metadata["eal"] = kept
+    if bench:
+        metadata["analysis"] = bench
     _drop_nulls(raw["events"])
     derived = derive_turn_times(raw["blocks"], raw["events"], lines)
     mapped = _map_effects(raw["events"])
@@ -294,8 +308,8 @@ def convert(raw: object, lines: dict[str, int], name: str, sha256: str) -> dict:
         "sha256": sha256,
         "importer_version": IMPORTER_VERSION,
     }
-    if kept:
-        provenance["kept_fields"] = sorted(kept)
+    if kept or bench:
+        provenance["kept_fields"] = sorted([*kept, *(["benchmark"] if bench else [])])
     if derived:
         provenance["derived_occurred_at"] = derived
     if mapped:

@@ -127,14 +127,14 @@ def test_published_shapes_import_with_their_metadata(cases):
     for c in cases.values():
         validate_policy_case(c)
         assert not list(schema.iter_errors(c))
-        eal = c["metadata"]["eal"]
-        assert set(eal) == {"schema_version", "source_id_namespace", "benchmark", "tags"}
-        assert c["family"] == eal["benchmark"]["case_family_id"]
-        assert c["provenance"]["kept_fields"] == sorted(eal)
+        eal, analysis = c["metadata"]["eal"], c["metadata"]["analysis"]
+        assert set(eal) == {"schema_version", "source_id_namespace", "tags"}
+        assert c["family"] == analysis["case_family_id"]
+        assert c["provenance"]["kept_fields"] == sorted([*eal, "benchmark"])
         # EAL's permitting effect is the project's "allow"; nothing else is renamed
         assert {e["record"]["effect"] for e in c["events"] if "record" in e} == {"allow"}
     b = cases["benchmark-revoke-replace"]
-    assert b["metadata"]["eal"]["benchmark"]["memory_hazards"] == [
+    assert b["metadata"]["analysis"]["memory_hazards"] == [
         "stale_state",
         "supersession_loss",
         "authority_confusion",

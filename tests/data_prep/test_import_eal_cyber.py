@@ -90,7 +90,7 @@ def test_cyber_cases_import_with_scope_records(cases):
     swap, auth = cases["cyber-state-swap"], cases["cyber-authority"]
     assert swap["family"] == "cyber_harbor_state_swap"
     assert swap["provenance"]["effects_mapped"] == {"map": {"permit_incident_response": "allow"}, "count": 3}
-    assert swap["metadata"]["eal"]["benchmark"]["memory_hazards"] == ["stale_scope", "supersession_loss"]
+    assert swap["metadata"]["analysis"]["memory_hazards"] == ["stale_scope", "supersession_loss"]
     # EAL-Bench's request words are read as ours
     req = swap["probe_pairs"][0]["in_scope"]
     assert req["grantee"] == "incident_response_team" and req["action_time"] == "2026-07-01T12:00:00Z"
