@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from data_prep.canonical import StrictJSONError, canonical_bytes
 from data_prep.oracle import (
     DECLINE,
     EFFECTS,
@@ -33,7 +34,6 @@ from data_prep.oracle import (
     is_scope,
     parse_time,
 )
-from data_prep.canonical import StrictJSONError, canonical_bytes
 from data_prep.records import LineError, RecordError, iter_jsonl
 
 CASE_SCHEMA = "policy-case/v1"
@@ -310,7 +310,7 @@ def validate_analysis(a: Any, where: str) -> dict:
             _str(a, key, where)
     for key in ANALYSIS_LISTS:
         if key in a and "" in _strs(a, key, where):
-            raise RecordError(f"{where}.{key}", "expected non-empty strings")
+            raise RecordError(f"{where}.{key}[{a[key].index('')}]", "must not be empty")
     extra = {k: v for k, v in a.items() if k not in ANALYSIS_SCALARS + ANALYSIS_LISTS}
     try:
         size = len(canonical_bytes(extra))
