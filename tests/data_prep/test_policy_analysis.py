@@ -38,7 +38,11 @@ def test_benchmark_block_becomes_typed_analysis():
     a = item.record["metadata"]["analysis"]
     assert a["memory_hazards"] == ["stale_state", "supersession_loss", "authority_confusion"]
     assert a["target_dimensions"] == ["status", "vendor"]
-    assert (a["lifecycle"], a["history_length_band"], a["split"]) == ("issue_revoke_replace", "short", "benchmark")
+    assert (a["lifecycle"], a["history_length_band"], a["split"]) == (
+        "issue_revoke_replace",
+        "short",
+        "benchmark",
+    )
     assert "benchmark" not in item.record["metadata"]["eal"]  # one home: the analysis mapping
     assert analysis_keys(item.record, "memory_hazards") == a["memory_hazards"]
 
@@ -46,9 +50,18 @@ def test_benchmark_block_becomes_typed_analysis():
 @pytest.mark.parametrize(
     ("old", "new", "field", "problem"),
     [
-        ("  memory_hazards:\n  - stale_state\n", "  memory_hazards: stale_state\n  old:\n  - stale_state\n",
-         "$.benchmark.memory_hazards", "expected array of strings"),
-        ("  lifecycle: issue_revoke_replace\n", "  lifecycle: 3\n", "$.benchmark.lifecycle", "expected string"),
+        (
+            "  memory_hazards:\n  - stale_state\n",
+            "  memory_hazards: stale_state\n  old:\n  - stale_state\n",
+            "$.benchmark.memory_hazards",
+            "expected array of strings",
+        ),
+        (
+            "  lifecycle: issue_revoke_replace\n",
+            "  lifecycle: 3\n",
+            "$.benchmark.lifecycle",
+            "expected string",
+        ),
         ("  - stale_state\n", "  - ''\n", "$.benchmark.memory_hazards[0]", "must not be empty"),
     ],
 )
@@ -93,8 +106,11 @@ def test_analysis_never_reaches_a_rendered_example(tmp_path):
         f.write_text("".join(dumps_canonical(c) + "\n" for c in cases))
     out = tmp_path / "sft"
     manifest = build(
-        corpus, out, load_build_config(ROOT / "configs" / "data" / "default.yaml"),
-        progress=False, allow_unsealed=True,
+        corpus,
+        out,
+        load_build_config(ROOT / "configs" / "data" / "default.yaml"),
+        progress=False,
+        allow_unsealed=True,
     )
     rows = [
         json.loads(line)
