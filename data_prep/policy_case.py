@@ -321,10 +321,14 @@ def validate_analysis(a: Any, where: str) -> dict:
     return a
 
 
-def analysis_keys(case: dict, key: str) -> list[str]:
-    """The distinct values of one analysis list of a case, in order (none when the case has none)."""
-    values = (case.get("metadata") or {}).get("analysis", {}).get(key, [])
-    return list(dict.fromkeys(values))
+def case_analysis(case: dict) -> dict:
+    """A case's ``metadata.analysis`` (empty when it has none, as synthetic cases may)."""
+    return (case.get("metadata") or {}).get("analysis") or {}
+
+
+def analysis_values(analysis: dict, key: str) -> list[str]:
+    """The distinct values of one analysis list, in order: a case counts once under each."""
+    return list(dict.fromkeys(analysis.get(key) or []))
 
 
 def _validate_case_header(d: dict, where: str, require_all: bool) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.oracle import EXECUTE, decide, memory_decide, record_fields
-from data_prep.policy_case import probe_problems
+from data_prep.policy_case import analysis_values, case_analysis, probe_problems
 from data_prep.sft.parse import ParseFailure, parse_decision, parse_memory
 from data_prep.sft.render import (
     Prompts,
@@ -54,13 +54,16 @@ from eval.sources import SourceError, heldout_families, load_cases, resolve_defa
 
 logger = logging.getLogger("ledgerwright.eval")
 
-EVAL_VERSION = "ledgerwright-eval-policy/3"
+EVAL_VERSION = "ledgerwright-eval-policy/4"
 LONG_HISTORY = ("blocks", "fail")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval" / "policy_reuse.yaml"
 DECISION_ROWS = ("execute_requested", "decline", "escalate", "invalid", "provider_error")
 ORACLE_COLS = ("execute_requested", "decline")
 CONDITIONS = ("writer", "base_writer", "no_memory", "gold_memory", "teacher_memory")
+# case analysis lists the summary breaks results down by (a case counts under each of its values)
+BREAKDOWNS = ("memory_hazards", "target_dimensions")
+NO_VALUE = "(none)"
 REPAIR_TEMPLATE = (
     "Your answer could not be used as authorization memory: {reason}. Reply again with exactly one JSON "
     'object {{"records": [...]}} in the format described above, and nothing else.'
@@ -400,6 +403,7 @@ def process_chunk(
             "input_digest": digests[case["case_id"]],
             "case_digest": digest_of(case),
             "family": case.get("family"),
+            "analysis": case_analysis(case),
             "probe_problems": probe_problems(case),
             "writer": {k: v for k, v in written[i].items() if k != "records"},
             "conditions": {},
@@ -470,6 +474,53 @@ def condition_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict |
     return out
 
 
+def _probes(items: list[dict]) -> int:
+    return sum(len(it["conditions"]["writer"]["decisions"]) for it in items)
+
+
+def _cell(items: list[dict], present: list[str], kw: dict) -> dict:
+    """Authorized use, unauthorized submission and memory errors of each memory condition on some cases."""
+    out: dict[str, Any] = {
+        "cases": len(items),
+        "probes": _probes(items),
+        "conditions": {},
+    }
+    for name in present:
+        conds = [c for c in (it["conditions"].get(name) for it in items) if c is not None]
+        if not conds:
+            out["conditions"][name] = None
+            continue
+        ds = [d for c in conds for d in c["decisions"]]
+        r = M.policy_rates([d["decision"] for d in ds], [d["oracle"] == EXECUTE for d in ds], **kw)
+        scored = [c["memory_errors"] for c in conds if c["memory_errors"] is not None]
+        out["conditions"][name] = {
+            "authorized_use": r["authorized_use"],
+            "unauthorized_submission": r["unauthorized_submission"],
+            "memory_errors": M.rate([bool(e) for e in scored], **kw),  # share of scored cases with any
+            "memory_error_count": sum(len(e) for e in scored),
+            "unscored": len(conds) - len(scored),
+        }
+    return out
+
+
+def breakdown(items: list[dict], key: str, present: list[str], cfg: PolicyConfig) -> dict:
+    """Results per value of one case analysis list. A case with several values is counted under each;
+    a case with none under ``(none)``, so every probe is in at least one cell and in a cell at most once,
+    and the cells' probes add up to ``memberships``."""
+    kw = {"resamples": cfg.bootstrap_resamples, "seed": cfg.seed}
+    groups: dict[str, list[dict]] = {}
+    for it in items:
+        for value in analysis_values(it.get("analysis") or {}, key) or [NO_VALUE]:
+            groups.setdefault(value, []).append(it)
+    cells = {v: _cell(groups[v], present, kw) for v in sorted(groups)}
+    return {
+        "cells": cells,
+        "probes": _probes(items),
+        "memberships": sum(c["probes"] for c in cells.values()),
+        "multi_valued_cases": sum(len(analysis_values(it.get("analysis") or {}, key)) > 1 for it in items),
+    }
+
+
 def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | None:
     conds = [it["conditions"].get(name) for it in items]
     conds = [c for c in conds if c is not None]
@@ -538,6 +589,7 @@ def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: 
         "probe_problems": sum(len(it["probe_problems"]) for it in items),
         "conditions": {c: condition_summary(items, c, cfg) for c in present},
         "memory": {c: memory_summary(items, c, cfg) for c in present},
+        "breakdowns": {k: breakdown(items, k, present, cfg) for k in BREAKDOWNS},
         "memory_error_types": list(MEMORY_ERROR_TYPES),
         "notes": [
             "The rules executor applies the memory's typed records exactly as the oracle applies the events, "
@@ -545,6 +597,9 @@ def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: 
             "Invalid memories (no usable answer after one repair) are executed as empty memories and their "
             "memory errors are unscored, never counted as exact.",
             "In-scope means the oracle decides execute_requested for the request at its action time.",
+            "Per memory hazard and per target dimension (the case's analysis metadata): a case with several "
+            "is counted under each, one without any under (none); memory errors are the share of scored cases "
+            "with at least one.",
         ],
     }
 

@@ -219,6 +219,7 @@ def policy_report(summary: dict, config: dict) -> str:
             au, us = r["authorized_use"], r["unauthorized_submission"]
             cells.append(f"{au['k']}/{au['n']} / {us['k']}/{us['n']}")
         lines.append(f"| {CONDITION_NAMES.get(cond, cond)} | " + " | ".join(cells) + " |")
+    lines += _breakdown_tables(summary)
     lines += ["", "## Memory", ""]
     head = (
         "| memory | cases | valid | empty | invalid (unscored) | invalid because | repaired | updates failed "
@@ -269,6 +270,38 @@ def policy_report(summary: dict, config: dict) -> str:
     lines += ["", "## Notes", ""] + [f"- {n}" for n in summary.get("notes", [])]
     lines += ["", "Plot: `policy_confusion.png`. Per-item records: `items.jsonl`.", ""]
     return "\n".join(lines)
+
+
+BREAKDOWN_NAMES = {"memory_hazards": "memory hazard", "target_dimensions": "target dimension"}
+
+
+def _breakdown_tables(summary: dict) -> list[str]:
+    """One table per case analysis list (EAL-Bench's ``memory_hazards``, ``target_dimensions``)."""
+    lines: list[str] = []
+    for key, b in (summary.get("breakdowns") or {}).items():
+        word = BREAKDOWN_NAMES.get(key, key)
+        lines += [
+            "",
+            f"## Per {word}",
+            "",
+            f"By the {word}s a case file names (its analysis metadata). A case with several is counted under "
+            f"each, so the cells hold {b['memberships']} probe memberships for {b['probes']} probes "
+            f"({b['multi_valued_cases']} cases with more than one); cases without any are under (none). "
+            "Memory errors: share of scored cases with at least one (errors in all, unscored invalid memories).",
+            "",
+            f"| {word} | memory | cases | probes | authorized use | unauthorized submission | memory errors |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for value, cell in b["cells"].items():
+            for cond, c in cell["conditions"].items():
+                if c is None:
+                    continue
+                lines.append(
+                    f"| {value} | {CONDITION_NAMES.get(cond, cond)} | {cell['cases']} | {cell['probes']} | "
+                    f"{_rate(c['authorized_use'])} | {_rate(c['unauthorized_submission'])} | "
+                    f"{_rate(c['memory_errors'])} ({c['memory_error_count']}; unscored {c['unscored']}) |"
+                )
+    return lines
 
 
 def summary_lines(run_dir) -> list[str]:

@@ -14,7 +14,13 @@ import pytest
 
 from data_prep.canonical import dumps_canonical
 from data_prep.importers.eal_case import iter_items
-from data_prep.policy_case import ANALYSIS_EXTRA_BYTES, analysis_keys, validate_analysis, validate_policy_case
+from data_prep.policy_case import (
+    ANALYSIS_EXTRA_BYTES,
+    analysis_values,
+    case_analysis,
+    validate_analysis,
+    validate_policy_case,
+)
 from data_prep.records import RecordError
 from data_prep.sft.config import load_build_config
 from data_prep.sft.pipeline import build
@@ -44,7 +50,7 @@ def test_benchmark_block_becomes_typed_analysis():
         "benchmark",
     )
     assert "benchmark" not in item.record["metadata"]["eal"]  # one home: the analysis mapping
-    assert analysis_keys(item.record, "memory_hazards") == a["memory_hazards"]
+    assert analysis_values(case_analysis(item.record), "memory_hazards") == a["memory_hazards"]
 
 
 @pytest.mark.parametrize(
@@ -86,7 +92,7 @@ def test_synthetic_cases_may_leave_it_out(tmp_path):
     for f in (tmp_path / "policy_cases").glob("*.jsonl"):
         for line in f.read_text().splitlines():
             case = validate_policy_case(json.loads(line))
-            assert "analysis" not in case["metadata"] and analysis_keys(case, "memory_hazards") == []
+            assert "analysis" not in case["metadata"] and case_analysis(case) == {}
 
 
 def test_analysis_never_reaches_a_rendered_example(tmp_path):

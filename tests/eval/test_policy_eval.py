@@ -3,6 +3,7 @@ executors, EAL denominators, memory errors, case sources and resume."""
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ from data_prep.oracle import gold_memory_from_events
 from data_prep.sft.render import memory_answer, policy_history_text
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.memory_score import check_memory, score_memory
-from eval.policy_eval import PolicyConfig, run_policy
+from eval.policy_eval import PolicyConfig, breakdown, run_policy
 from eval.sources import load_cases
 
 
@@ -270,3 +271,105 @@ def test_memory_errors_agree_with_the_synthetic_teachers_labels():
         assert got == want, case["case_id"]
         n_err += len(want)
     assert n_err > 0
+
+
+# ---- case analysis metadata: per-hazard and per-target-dimension breakdowns -------------------------------
+FIXTURES = Path(__file__).resolve().parents[1] / "data_prep" / "fixtures"
+
+
+def _breakdown_items(analyses: list[dict | None], probes: int = 2) -> list[dict]:
+    """Items with only what the breakdowns read: analysis, and per condition decisions and memory errors."""
+    dec = [{"decision": "execute_requested", "oracle": "execute_requested"}] * probes
+    return [
+        {
+            "analysis": a,
+            "conditions": {
+                "writer": {"decisions": dec, "memory_errors": [] if i % 2 else [{"type": "omission"}]},
+                "no_memory": {"decisions": dec, "memory_errors": None},
+            },
+        }
+        for i, a in enumerate(analyses)
+    ]
+
+
+def test_breakdown_counts_every_probe_once_per_value_and_none_once():
+    items = _breakdown_items(
+        [
+            {"memory_hazards": ["stale_state", "supersession_loss", "stale_state"]},  # repeated value: once
+            {"memory_hazards": ["stale_state"], "target_dimensions": ["status"]},
+            None,
+            {},
+        ]
+    )
+    b = breakdown(items, "memory_hazards", ["writer", "no_memory"], PolicyConfig(bootstrap_resamples=10))
+    cells = b["cells"]
+    assert {v: (c["cases"], c["probes"]) for v, c in cells.items()} == {
+        "(none)": (2, 4),
+        "stale_state": (2, 4),
+        "supersession_loss": (1, 2),
+    }
+    assert b["probes"] == 8 and b["memberships"] == 10 and b["multi_valued_cases"] == 1
+    w = cells["stale_state"]["conditions"]["writer"]
+    assert w["authorized_use"]["k"] == w["authorized_use"]["n"] == 4
+    assert (w["memory_errors"]["k"], w["memory_errors"]["n"], w["memory_error_count"]) == (1, 2, 1)
+    lo, hi = w["memory_errors"]["ci"]
+    assert lo < 0.5 < hi  # a Wilson interval, not a point
+    assert cells["(none)"]["conditions"]["no_memory"]["unscored"] == 2
+    dims = breakdown(items, "target_dimensions", ["writer"], PolicyConfig(bootstrap_resamples=10))
+    assert {v: c["cases"] for v, c in dims["cells"].items()} == {"(none)": 3, "status": 1}
+    assert dims["memberships"] == dims["probes"] == 8
+
+
+def test_eal_metadata_survives_import_corpus_policy_reuse(tmp_path):
+    """EAL-Bench case files (layout of ``tommasocerruti/eal-bench``,
+    ``domains/procurement/corpus/{benchmark_v1,calibration_v1,generated_v1}/*.yaml`` and
+    ``domains/cybersecurity``: ``benchmark.memory_hazards`` and ``benchmark.target_dimensions``) are
+    imported into a corpus, evaluated, and broken down by their hazards and target dimensions; a case
+    file without a ``benchmark`` block lands under (none)."""
+    from data_prep.importer import main as importer_main
+    from data_prep.policy_case import iter_policy_case_file
+
+    corpus = tmp_path / "corpus"
+    sources = [FIXTURES / "eal-bench", FIXTURES / "eal-bench-cyber", FIXTURES / "eal-procurement-0001.yaml"]
+    assert importer_main(["--format", "eal-case", *map(str, sources), "--out", str(corpus), "--quiet"]) == 0
+    cases = [c for f in sorted((corpus / "policy_cases").glob("*.jsonl")) for _, c in iter_policy_case_file(f)]
+    benchmarks = {}
+    for src in [*(FIXTURES / "eal-bench").glob("*.yaml"), *(FIXTURES / "eal-bench-cyber").glob("*.yaml")]:
+        raw = yaml.safe_load(src.read_text())
+        benchmarks[raw["case_id"]] = raw["benchmark"]
+    assert len(cases) == len(benchmarks) + 1
+
+    out = run_policy(
+        _cfg(corpus, tmp_path / "o", teacher=False),
+        writer=ScriptedBackend(_gold_writer(cases)),
+        decoding=DecodingConfig(),
+    )
+    items = _items(out)
+    for it in items:
+        assert it["analysis"] == benchmarks.get(it["id"], {})
+    s = json.loads((out / "summary.json").read_text())
+    probes = {it["id"]: len(it["conditions"]["writer"]["decisions"]) for it in items}
+    for key in ("memory_hazards", "target_dimensions"):
+        b = s["breakdowns"][key]
+        assert b["probes"] == s["requests"] == sum(probes.values())
+        assert b["memberships"] == sum(
+            n * max(1, len(set(benchmarks.get(cid, {}).get(key, [])))) for cid, n in probes.items()
+        )
+        for value, cell in b["cells"].items():
+            members = [
+                cid
+                for cid in probes
+                if value in benchmarks.get(cid, {}).get(key, [])
+                or (value == "(none)" and not benchmarks.get(cid, {}).get(key))
+            ]
+            assert (cell["cases"], cell["probes"]) == (len(members), sum(probes[c] for c in members)), value
+            gold = cell["conditions"]["gold_memory"]
+            assert gold["authorized_use"]["value"] == 1.0 and gold["unauthorized_submission"]["value"] == 0.0
+            assert gold["memory_errors"]["k"] == 0
+    hazards = s["breakdowns"]["memory_hazards"]["cells"]
+    assert hazards["(none)"]["cases"] == 1 and hazards["supersession_loss"]["cases"] == 3
+    assert {"status", "vendor"} <= set(s["breakdowns"]["target_dimensions"]["cells"])
+    report = (out / "report.md").read_text()
+    assert "## Per memory hazard" in report and "## Per target dimension" in report
+    assert "A case with several is counted under each" in report
+    assert "| supersession_loss | writer memory (adapter) | 3 |" in report
