@@ -287,7 +287,7 @@ def _breakdown_tables(summary: dict) -> list[str]:
             f"By the {word}s a case file names (its analysis metadata). A case with several is counted under "
             f"each, so the cells hold {b['memberships']} probe memberships for {b['probes']} probes "
             f"({b['multi_valued_cases']} cases with more than one); cases without any are under (none). "
-            "Memory errors: share of scored cases with at least one (errors in all, unscored invalid memories).",
+            "Memory errors: share of scored cases with at least one (in parentheses: errors in all; invalid memories, unscored).",
             "",
             f"| {word} | memory | cases | probes | authorized use | unauthorized submission | memory errors |",
             "|---|---|---|---|---|---|---|",

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from data_prep.importer import main as importer_main
 from data_prep.oracle import gold_memory_from_events
+from data_prep.policy_case import iter_policy_case_file
 from data_prep.sft.render import memory_answer, policy_history_text
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.memory_score import check_memory, score_memory
@@ -326,13 +328,12 @@ def test_eal_metadata_survives_import_corpus_policy_reuse(tmp_path):
     ``domains/cybersecurity``: ``benchmark.memory_hazards`` and ``benchmark.target_dimensions``) are
     imported into a corpus, evaluated, and broken down by their hazards and target dimensions; a case
     file without a ``benchmark`` block lands under (none)."""
-    from data_prep.importer import main as importer_main
-    from data_prep.policy_case import iter_policy_case_file
-
     corpus = tmp_path / "corpus"
     sources = [FIXTURES / "eal-bench", FIXTURES / "eal-bench-cyber", FIXTURES / "eal-procurement-0001.yaml"]
     assert importer_main(["--format", "eal-case", *map(str, sources), "--out", str(corpus), "--quiet"]) == 0
-    cases = [c for f in sorted((corpus / "policy_cases").glob("*.jsonl")) for _, c in iter_policy_case_file(f)]
+    cases = [
+        c for f in sorted((corpus / "policy_cases").glob("*.jsonl")) for _, c in iter_policy_case_file(f)
+    ]
     benchmarks = {}
     for src in [*(FIXTURES / "eal-bench").glob("*.yaml"), *(FIXTURES / "eal-bench-cyber").glob("*.yaml")]:
         raw = yaml.safe_load(src.read_text())
