@@ -94,3 +94,33 @@ def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) 
         print(f"embedded default: building SFT datasets into {sft}", flush=True)
         build(corpus, sft, load_build_config(DEFAULT_BUILD_CONFIG), progress=progress, overwrite=True)
     return sft
+
+
+def preset_sft_dir(preset: str, cache_dir: Path | None = None) -> Path:
+    """Where the embedded default's build under ``configs/data/<preset>.yaml`` lives: ``<cache>/sft``
+    for ``default``, ``<cache>/sft-<preset>`` for the others (the sweeps' ``data`` grid values)."""
+    cache = Path(cache_dir or default_cache_dir())
+    return cache / "sft" if preset == "default" else cache / f"sft-{preset}"
+
+
+def ensure_preset_sft(preset: str, cache_dir: Path | None = None, *, progress: bool = True) -> Path:
+    """The embedded default corpus built with another data preset (e.g. ``unfiltered``), once."""
+    from data_prep.sft.config import load_build_config
+    from data_prep.sft.pipeline import build
+
+    if preset == "default":
+        return ensure_default_sft(cache_dir, progress=progress)
+    config = REPO_ROOT / "configs" / "data" / f"{preset}.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"data preset {preset!r}: {config} not found")
+    cache = Path(cache_dir or default_cache_dir())
+    sft = preset_sft_dir(preset, cache)
+    if _intact(sft, "outputs"):
+        return sft
+    with cache_lock(cache):
+        if _intact(sft, "outputs"):
+            return sft
+        corpus = ensure_default_corpus(cache, progress=progress)
+        print(f"embedded default: building SFT datasets ({config.name}) into {sft}", flush=True)
+        build(corpus, sft, load_build_config(config), progress=progress, overwrite=True)
+    return sft
