@@ -157,7 +157,7 @@ def _local(sweep: str, out: Path, sets: list[str]) -> subprocess.CompletedProces
         str(out),
         *sets,
     ]
-    proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
 
