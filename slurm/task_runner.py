@@ -260,7 +260,9 @@ def run_task(kind: str, index: Path, task: int, *, grace: float, env: dict[str, 
         if rc != 0:
             return rc
     if pending(kind, entry):
-        log(f"the command exited 0 but {out} is not complete ({'manifest.json' if kind == 'train' else 'summary.json'} missing)")
+        log(
+            f"the command exited 0 but {out} is not complete ({'manifest.json' if kind == 'train' else 'summary.json'} missing)"
+        )
         rc = 1
     status.update(state="done" if rc == 0 else "failed", finished=now(), rc=rc)
     log(f"{kind} task {task} {'done' if rc == 0 else f'failed (exit {rc})'}")
