@@ -110,7 +110,7 @@ TINY = {"max_steps": 1, "save_steps": 1, "eval_steps": "none", "eval_examples": 
         "max_length": 512, "num_threads": 2, "attn_implementation": "sdpa", "tiny_vocab_size": 512,
         "tiny_hidden_size": 64, "tiny_intermediate_size": 128, "tiny_num_hidden_layers": 2,
         "tiny_num_attention_heads": 2, "tiny_num_key_value_heads": 1, "tiny_head_dim": 32,
-        "tiny_sliding_window": 64, "tiny_pretrain_steps": 20, "tiny_pretrain_batch_size": 4,
+        "tiny_sliding_window": 64, "tiny_pretrain_steps": 4, "tiny_pretrain_batch_size": 4,
         "tiny_pretrain_seq_len": 128}  # fmt: skip
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}  # fmt: skip
@@ -175,9 +175,10 @@ def test_miniature_sweeps_run_sequentially_and_compare(world):
     }
     assert manifests["sft"]["filters"]["any"] and not manifests["sft-unfiltered"]["filters"]["any"]
 
-    ds = root / "data-scaling"
-    _local("data-scaling", ds, _sets(world, {"examples": [8, 16], "seed": [0]}, ref))
-    again = _local("data-scaling", ds, _sets(world, {"examples": [8, 16], "seed": [0]}, ref))
+    ds = root / "data-scaling"  # sabotage only here: policy reuse ran above (saves CPU)
+    sets = [*_sets(world, {"examples": [8, 16], "seed": [0]}, ref), "--set", 'eval.script=["sabotage"]']
+    _local("data-scaling", ds, sets)
+    again = _local("data-scaling", ds, sets)
     assert again.stdout.count("is complete already") == 4  # finished cells are skipped on a rerun
 
     for sweep, baseline, names in (
@@ -192,10 +193,11 @@ def test_miniature_sweeps_run_sequentially_and_compare(world):
                                "--resamples", "50"], cwd=REPO, env=ENV, capture_output=True, text=True)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         res = json.loads((sweep / "compare" / "compare.json").read_text())
-        assert list(res["conditions"]) == names and not res["problems"]
+        assert set(res["conditions"]) == set(names) and not res["problems"]
         for cond in res["conditions"].values():
-            assert {"writer.content_agreement", "writer.protocol_compliance", "memory.authorized_use",
+            assert {"writer.content_agreement", "writer.protocol_compliance",
                     *(f"writer.unfaithful.{k}" for k in C.UNFAITHFUL)} <= set(cond["metrics"])  # fmt: skip
+            assert ("memory.authorized_use" in cond["metrics"]) == (sweep == fa)
         pairs = res["comparisons"]
         ledger = [p for p in pairs if p["metric"].startswith("writer.")]
         assert len(ledger) == 6 and all(
