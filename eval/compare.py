@@ -392,7 +392,10 @@ def plot(res: dict, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = [m.name for m in METRICS if any(m.name in c["metrics"] for c in res["conditions"].values())]
+    conds = res["conditions"].values()
+    metrics = [
+        m.name for m in METRICS if any(c["metrics"].get(m.name, {}).get("value") is not None for c in conds)
+    ]
     if not metrics:
         return None
     cols = min(4, len(metrics))
