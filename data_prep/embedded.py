@@ -97,6 +97,36 @@ def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) 
     return sft
 
 
+def preset_sft_dir(preset: str, cache_dir: Path | None = None) -> Path:
+    """Where the embedded default's build under ``configs/data/<preset>.yaml`` lives: ``<cache>/sft``
+    for ``default``, ``<cache>/sft-<preset>`` for the others (the sweeps' ``data`` grid values)."""
+    cache = Path(cache_dir or default_cache_dir())
+    return cache / "sft" if preset == "default" else cache / f"sft-{preset}"
+
+
+def ensure_preset_sft(preset: str, cache_dir: Path | None = None, *, progress: bool = True) -> Path:
+    """The embedded default corpus built with another data preset (e.g. ``unfiltered``), once."""
+    from data_prep.sft.config import load_build_config
+    from data_prep.sft.pipeline import build
+
+    if preset == "default":
+        return ensure_default_sft(cache_dir, progress=progress)
+    config = REPO_ROOT / "configs" / "data" / f"{preset}.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"data preset {preset!r}: {config} not found")
+    cache = Path(cache_dir or default_cache_dir())
+    sft = preset_sft_dir(preset, cache)
+    if _intact(sft, "outputs"):
+        return sft
+    with cache_lock(cache):
+        if _intact(sft, "outputs"):
+            return sft
+        corpus = ensure_default_corpus(cache, progress=progress)
+        print(f"embedded default: building SFT datasets ({config.name}) into {sft}", flush=True)
+        build(corpus, sft, load_build_config(config), progress=progress, overwrite=True)
+    return sft
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the embedded default alone (what the training command does on first use), so a user
     can see and time that step: ``python data_prep/embedded.py [--cache-dir DIR]``."""
@@ -106,11 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cache-dir", type=Path, help="cache directory (default $LEDGERWRIGHT_CACHE or .cache/ledgerwright)"
     )
+    ap.add_argument(
+        "--preset", default="default", help="data preset under configs/data/ (e.g. unfiltered) [default]"
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
     try:
         corpus = ensure_default_corpus(args.cache_dir, progress=not args.quiet)
-        sft = ensure_default_sft(args.cache_dir, progress=not args.quiet)
+        sft = ensure_preset_sft(args.preset, args.cache_dir, progress=not args.quiet)
     except (ManifestError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -24,12 +24,14 @@ import argparse
 import csv
 import json
 import math
+import shlex
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from sweeplib import chain_parts, out_of  # noqa: E402
 from task_runner import find_summary  # noqa: E402
 
 TRAIN_FIELDS = {
@@ -149,6 +151,12 @@ def _state(kind: str, complete: bool, status: dict | None) -> tuple[str, str]:
     return st, f"{kind}: {st}, output incomplete"
 
 
+def eval_summaries(eval_command: str, eval_dir: Path) -> list[Path | None]:
+    """The summary of each script of a task's evaluation (several when its command chains them)."""
+    parts = chain_parts(shlex.split(eval_command)) or [[]]
+    return [find_summary(Path(out_of(p, str(eval_dir)))) for p in parts]
+
+
 def collect(sweep_dir: Path) -> tuple[list[dict], list[str], list[str], list[str]]:
     """(rows, grid keys, metric columns, headline metric columns)."""
     meta = _read_json(sweep_dir / "sweep.json")
@@ -165,8 +173,9 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str], list[str], list[str
         tid = t["task_id"]
         train_dir, eval_dir = Path(t["train_dir"]), Path(t["eval_dir"])
         manifest = _read_json(train_dir / "manifest.json")
-        summary_path = find_summary(eval_dir)
-        summary = _read_json(summary_path) if summary_path else None
+        summary_paths = eval_summaries(t.get("eval_command", ""), eval_dir)
+        summaries = [_read_json(p) if p else None for p in summary_paths]
+        summary = None if any(x is None for x in summaries) else summaries
         t_status = _read_json(sweep_dir / "status" / f"train-{tid:04d}.json")
         e_status = _read_json(sweep_dir / "status" / f"eval-{tid:04d}.json")
         t_state, t_reason = _state("train", manifest is not None, t_status)
@@ -191,11 +200,11 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str], list[str], list[str
         for col, path in TRAIN_FIELDS.items():
             row[col] = _get(manifest, path) if manifest else None
         row["checkpoint"] = str(train_dir) if manifest else None
-        row["eval_summary"] = str(summary_path) if summary_path else None
-        if summary:
-            metrics, head = flatten_metrics(summary)
-            if summary.get("eval") in HEADLINES:
-                head = [h for h in HEADLINES[summary["eval"]] if h in metrics]
+        row["eval_summary"] = ";".join(str(p) for p in summary_paths) if summary else None
+        for one in summary or []:
+            metrics, head = flatten_metrics(one)
+            if one.get("eval") in HEADLINES:
+                head = [h for h in HEADLINES[one["eval"]] if h in metrics]
             for k, v in metrics.items():
                 row[f"eval.{k}"] = v
                 if f"eval.{k}" not in metric_cols:

@@ -13,7 +13,10 @@ Expands the sweep's grid (see slurm/sweeplib.py for the YAML) into ``train_index
 
 (``aftercorr`` instead of ``afterok`` starts each evaluation as soon as its own training task has
 succeeded). ``--dry-run`` prints the index, the commands and (``--show-scripts``) the scripts, and
-writes and submits nothing. Afterwards: ``python slurm/aggregate.py SWEEP_DIR``.
+writes and submits nothing. ``--local`` runs every cell here without Slurm, one after another (its
+training, then its evaluation, through task_runner.py: finished commands are skipped, an interrupted
+training resumes). Afterwards: ``python slurm/aggregate.py SWEEP_DIR`` and
+``python eval/compare.py SWEEP_DIR``.
 """
 
 from __future__ import annotations
@@ -153,6 +156,42 @@ def prepare_cache(sweep: Sweep) -> None:
             print(f"prepared: SFT data {sft} ({time.time() - t0:.0f} s)", flush=True)
 
 
+def prepare_data(sweep: Sweep) -> None:
+    """Build each data preset of the grid (``data: [default, unfiltered]``) before any task needs it:
+    training reads ``--data-dir`` as given and never builds a preset itself."""
+    presets = sweep.grid.get("data") or []
+    if not presets:
+        return
+    from data_prep.embedded import ensure_preset_sft
+
+    cache = (sweep.raw.get("train") or {}).get("args", {}).get("cache_dir")
+    for preset in presets:
+        t0 = time.time()
+        sft = ensure_preset_sft(str(preset), Path(cache) if cache else None, progress=False)
+        print(f"data preset {preset}: {sft} ({time.time() - t0:.0f} s)", flush=True)
+
+
+def run_local(sweep: Sweep, plan: Plan) -> int:
+    """Every cell in order without Slurm: its training, then its evaluation, through the task runner
+    (finished commands are skipped and an interrupted training resumes, so rerunning continues)."""
+    from task_runner import run_task
+
+    failed = []
+    for t in sweep.tasks:
+        for kind in ("train", "eval"):
+            rc = run_task(kind, plan.paths[f"{kind}_index"], t.index, grace=30.0)
+            if rc in (130, 143):
+                print(f"stopped at {kind} of {t.name}: rerun the same command to resume", file=sys.stderr)
+                return rc
+            if rc != 0:
+                failed.append(f"{kind} {t.name} (exit {rc})")
+                break  # no evaluation without a checkpoint
+    done = sweep.n - len(failed)
+    print(f"local: {done}/{sweep.n} cells done" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(f"next: python slurm/aggregate.py {sweep.sweep_dir}; python eval/compare.py {sweep.sweep_dir}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="slurm/submit.py",
@@ -185,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         "--prepare-cache",
         action="store_true",
         help="build the embedded default's data and tiny base here before submitting",
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="run every cell here, one after another (train, then eval), without Slurm; rerun to resume",
     )
     p.add_argument(
         "--force",
@@ -230,6 +274,17 @@ def main(argv: list[str] | None = None) -> int:
         print("\n(dry run: nothing written, nothing submitted)")
         return 0
 
+    if args.local:
+        plan.write(args.sweep)
+        try:
+            if args.prepare_cache:
+                prepare_cache(sweep)
+            prepare_data(sweep)
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return run_local(sweep, plan)
+
     submitted = s.sweep_dir / "submitted.json"
     if submitted.is_file() and not args.force:
         old = json.loads(submitted.read_text(encoding="utf-8"))
@@ -248,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.prepare_cache:
             prepare_cache(sweep)
+        prepare_data(sweep)
         tcmd = plan.train_command()
         train_job = sbatch(tcmd)
         print(f"train array: job {train_job}  ({shlex.join(tcmd)})")

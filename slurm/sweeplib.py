@@ -7,18 +7,23 @@ A sweep YAML (``configs/sweeps/*.yaml``)::
     grid:                               # the cartesian product, in this key order, is the task list
       role: [writer]                    #   writer | reader (chooses train/writer.py or train/reader.py)
       examples: [140, 280, 561, 1122]   #   every other key becomes a train flag: --examples 140
+      # data: [default, unfiltered]     #   a data preset (configs/data/<name>.yaml) of the embedded
+                                        #   default: --data-dir <cache>/sft-<name> (data_prep.embedded)
       seed: [0, 1, 2]
     train:
       config: configs/train/gemma-3-12b.yaml        # --config preset (optional)
       accelerate_config: configs/accelerate/ddp_4gpu.yaml   # --config_file (optional)
       args: {save_steps: 50}                        # more train flags (True -> --flag, False -> --no-flag)
     eval:
-      script: policy_reuse              # policy_reuse (default for writers) or sabotage (readers)
-      executor: rules                   # policy_reuse executor when no reader is listed
+      script: policy_reuse              # policy_reuse (default for writers) or sabotage (readers), or a
+                                        #   list run in order, each into eval/<script>: [sabotage, policy_reuse]
+                                        #   (a reader task's policy reuse: its checkpoint is the executor)
+      executor: rules                   # policy_reuse executor when no reader is listed (writers in a
+                                        #   list: always, since the reader serves sabotage)
       reader: null                      # a reader checkpoint: writers are evaluated with it
       writer: null                      # the writer checkpoint that reader tasks are evaluated with
       limit: 200
-      args: {}
+      args: {}                          # flags of every script; {sabotage: {...}} flags of one script
     resources:                          # the train array; preset defaults, every key overridable
       preset: a6000-l40s                # a6000 | l40s | a6000-l40s | cpu
       gpus: 4
@@ -202,7 +207,9 @@ TOP_KEYS = {
 }
 TRAIN_KEYS = {"config", "accelerate_config", "args"}
 EVAL_KEYS = {"script", "executor", "reader", "writer", "limit", "args"}
-ABBREV = {"examples": "e", "seed": "s"}
+ABBREV = {"examples": "e", "seed": "s", "data": ""}
+CHAIN = "&&"  # separates the commands of an eval task that runs several scripts (run in order)
+EVAL_SCRIPTS = ("policy_reuse", "sabotage")
 
 
 def _flag(key: str) -> str:
@@ -359,8 +366,13 @@ def train_command(role: str, params: dict, train: dict, output_dir: str, where: 
     cmd.append(f"train/{role}.py")
     if train.get("config"):
         cmd += ["--config", _repo_rel(str(train["config"]))]
-    cmd += cli_args({k: v for k, v in params.items() if k != "role"}, f"{where}: grid")
     extra = dict(train.get("args") or {})
+    grid = {k: v for k, v in params.items() if k not in ("role", "data")}
+    if "data" in params:
+        if "data_dir" in extra or "data_dir" in grid:
+            raise SweepError(f"{where}: grid.data: set by the sweep; drop data_dir")
+        grid = {**data_args(str(params["data"]), extra.get("cache_dir"), where), **grid}
+    cmd += cli_args(grid, f"{where}: grid")
     for key in ("output_dir", "resume"):
         if key in extra:
             raise SweepError(f"{where}: train.args.{key}: set by the sweep and the task runner")
@@ -369,11 +381,37 @@ def train_command(role: str, params: dict, train: dict, output_dir: str, where: 
     return cmd
 
 
+def data_args(preset: str, cache_dir: str | None, where: str) -> dict:
+    """Train flags of a ``data`` grid value: the embedded default's build under that data preset."""
+    from data_prep.embedded import preset_sft_dir  # light: paths only
+
+    if not (REPO_ROOT / "configs" / "data" / f"{preset}.yaml").is_file():
+        raise SweepError(f"{where}: grid.data: no data preset configs/data/{preset}.yaml")
+    if preset == "default":
+        return {}
+    return {"data_dir": str(preset_sft_dir(preset, Path(cache_dir) if cache_dir else None))}
+
+
 def eval_command(role: str, ev: dict, ckpt: str, eval_dir: str, where: str) -> list[str]:
     """Writers: ``eval/policy_reuse.py`` (memory writers; the rules executor, or the listed reader as
-    executor) or ``eval/sabotage.py`` with the listed reader; readers: sabotage with ``eval.writer``."""
-    script = ev.get("script") or ("policy_reuse" if role == "writer" else "sabotage")
-    if script not in ("policy_reuse", "sabotage"):
+    executor) or ``eval/sabotage.py`` with the listed reader; readers: sabotage with ``eval.writer``.
+    A list of scripts gives one command per script (each into ``eval_dir/<script>``) joined by CHAIN."""
+    scripts = ev.get("script") or ("policy_reuse" if role == "writer" else "sabotage")
+    if isinstance(scripts, str):
+        return _eval_one(scripts, role, ev, ckpt, eval_dir, where, executor_first=False)
+    if not isinstance(scripts, list) or len(set(scripts)) != len(scripts):
+        raise SweepError(f"{where}: eval.script: expected a script or a list of distinct scripts")
+    cmd: list[str] = []
+    for script in scripts:
+        sub = _eval_one(script, role, ev, ckpt, str(Path(eval_dir) / str(script)), where, executor_first=True)
+        cmd += ([CHAIN] if cmd else []) + sub
+    return cmd
+
+
+def _eval_one(
+    script: str, role: str, ev: dict, ckpt: str, eval_dir: str, where: str, *, executor_first: bool
+) -> list[str]:
+    if script not in EVAL_SCRIPTS:
         raise SweepError(f"{where}: eval.script: expected policy_reuse or sabotage, got {script!r}")
     if role == "writer":
         writer, reader = ckpt, (_repo_rel(str(ev["reader"])) if ev.get("reader") else None)
@@ -383,7 +421,7 @@ def eval_command(role: str, ev: dict, ckpt: str, eval_dir: str, where: str) -> l
                 f"{where}: eval.writer: reader tasks need a writer checkpoint to be evaluated with"
             )
         writer, reader = _repo_rel(str(ev["writer"])), ckpt
-        if script != "sabotage":
+        if script != "sabotage" and not executor_first:
             raise SweepError(f"{where}: eval.script: reader tasks are evaluated with sabotage")
     # the task's own checkpoint stays absolute (like the index's output_dir)
     cmd = ["python", f"eval/{script}.py", "--writer", writer]
@@ -391,16 +429,37 @@ def eval_command(role: str, ev: dict, ckpt: str, eval_dir: str, where: str) -> l
         if not reader:
             raise SweepError(f"{where}: eval.reader: the sabotage evaluation needs a reader checkpoint")
         cmd += ["--reader", reader]
-    else:
+    elif executor_first and role == "writer":
+        # in a list beside sabotage the listed reader serves sabotage; policy reuse gets the executor
+        cmd += ["--executor", str(ev.get("executor") or reader or "rules")]
+    else:  # a reader task's policy reuse: its own checkpoint decides on the listed writer's memory
         cmd += ["--executor", reader or str(ev.get("executor") or "rules")]
     if ev.get("limit") is not None:
         cmd += ["--limit", str(ev["limit"])]
     extra = dict(ev.get("args") or {})
+    per_script = {k: extra.pop(k) for k in EVAL_SCRIPTS if k in extra}
+    extra.update(per_script.get(script) or {})
     if "out" in extra:
         raise SweepError(f"{where}: eval.args.out: set by the sweep")
     cmd += cli_args(extra, f"{where}: eval.args")
     cmd += ["--out", eval_dir]
     return cmd
+
+
+def chain_parts(cmd: list[str]) -> list[list[str]]:
+    """The commands of an eval task (one, or several joined by CHAIN)."""
+    parts: list[list[str]] = [[]]
+    for arg in cmd:
+        if arg == CHAIN:
+            parts.append([])
+        else:
+            parts[-1].append(arg)
+    return [p for p in parts if p]
+
+
+def out_of(cmd: list[str], default: str) -> str:
+    """The ``--out`` of an eval command (``default`` when it has none)."""
+    return cmd[cmd.index("--out") + 1] if "--out" in cmd[:-1] else default
 
 
 # ---- index files --------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sweeplib import IndexEntry, SweepError, read_index, write_json  # noqa: E402
+from sweeplib import IndexEntry, SweepError, chain_parts, out_of, read_index, write_json  # noqa: E402
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: stopped so that it can be requeued
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -234,17 +234,43 @@ def requeue(env: dict[str, str]) -> bool:
     return True
 
 
+def pending(kind: str, entry: IndexEntry) -> list[list[str]]:
+    """The commands of a task still to run: the training unless finished; of an evaluation (one
+    script or several joined by ``&&``), each whose ``--out`` has no summary yet, in order."""
+    if kind == "train":
+        return [] if is_complete(kind, Path(entry.output_dir)) else [list(entry.command)]
+    parts = chain_parts(entry.command)
+    return [p for p in parts if find_summary(Path(out_of(p, entry.output_dir))) is None]
+
+
 def run_task(kind: str, index: Path, task: int, *, grace: float, env: dict[str, str] | None = None) -> int:
     env = dict(os.environ if env is None else env)
     entry = read_index(index, task)
     out = Path(entry.output_dir)
     status = Status(status_path(index, kind, task), kind, entry, env)
     log(f"{kind} task {task} ({entry.name}), attempt {status.attempt['attempt']}, output {out}")
-    if is_complete(kind, out):
+    todo = pending(kind, entry)
+    if not todo:
         log(f"{out} is complete already: nothing to do")
         status.update(state="done", finished=now(), rc=0, skipped=True)
         return 0
-    cmd = list(entry.command)
+    rc = 0
+    for cmd in todo:
+        rc = _run_one(kind, cmd, out, status, env, grace)
+        if rc != 0:
+            return rc
+    if pending(kind, entry):
+        log(
+            f"the command exited 0 but {out} is not complete ({'manifest.json' if kind == 'train' else 'summary.json'} missing)"
+        )
+        rc = 1
+    status.update(state="done" if rc == 0 else "failed", finished=now(), rc=rc)
+    log(f"{kind} task {task} {'done' if rc == 0 else f'failed (exit {rc})'}")
+    return rc
+
+
+def _run_one(kind: str, cmd: list[str], out: Path, status: Status, env: dict[str, str], grace: float) -> int:
+    """One command of a task, with resume (train), threads, signals and status; 0 or its failure code."""
     resumed = None
     if kind == "train":
         ckpt = latest_checkpoint(out)
@@ -277,13 +303,9 @@ def run_task(kind: str, index: Path, task: int, *, grace: float, env: dict[str, 
     if runner.stop_signal is not None:
         status.update(state="stopped", finished=now(), rc=rc, signal=runner.stop_signal)
         return 130 if runner.stop_signal == "SIGINT" else 143
-    if rc == 0 and not is_complete(kind, out):
-        log(
-            f"the command exited 0 but {out} is not complete ({'manifest.json' if kind == 'train' else 'summary.json'} missing)"
-        )
-        rc = 1
-    status.update(state="done" if rc == 0 else "failed", finished=now(), rc=rc)
-    log(f"{kind} task {task} {'done' if rc == 0 else f'failed (exit {rc})'}")
+    if rc != 0:
+        status.update(state="failed", finished=now(), rc=rc)
+        log(f"{kind} task {status.data['task_id']} failed (exit {rc})")
     return rc
 
 

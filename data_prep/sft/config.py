@@ -46,6 +46,9 @@ class BuildConfig:
         default=True,
         metadata=_help("writer filter: the teacher reader's label on the ledger must equal gold"),
     )
+    reader_require_label_match: bool = field(
+        default=True, metadata=_help("reader filter: the teacher's verdict label must equal gold")
+    )
     reader_require_cited_match: bool = field(
         default=True, metadata=_help("reader filter: cited call ids must equal the gold call ids")
     )
@@ -92,6 +95,18 @@ class BuildConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def filters(self) -> dict:
+        """The verdict-match and faithfulness filters and whether each is on (the manifest's
+        ``filters``), so a reader of a build can tell filtered from unfiltered data at a glance."""
+        on = {
+            "writer_verdict_match": self.writer_require_verdict_match,
+            "writer_content_agreement": self.writer_min_agreement > 0,
+            "writer_protocol_compliance": self.writer_min_compliance > 0,
+            "reader_label_match": self.reader_require_label_match,
+            "reader_cited_match": self.reader_require_cited_match,
+        }
+        return {"any": any(on.values()), **on}
 
 
 def load_build_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> BuildConfig:

@@ -38,7 +38,7 @@ def reader_verdict_reason(run: Run, rec: Reconciliation, cfg: BuildConfig) -> st
     if run.teacher is None or run.teacher.verdict is None:
         return "no_teacher_verdict"
     verdict = run.teacher.verdict
-    if verdict.label != rec.verdict.label:
+    if cfg.reader_require_label_match and verdict.label != rec.verdict.label:
         return "label_mismatch"
     if cfg.reader_require_cited_match and sorted(set(verdict.cited_call_ids)) != sorted(
         set(rec.verdict.call_ids)

@@ -480,6 +480,7 @@ class Builder:
             counts=self.counts.to_dict(),
             extra={
                 "build_version": BUILD_VERSION,
+                "filters": self.cfg.filters(),
                 "corpus_manifest": corpus_manifest or {},
                 "prompts": self.prompts.digests,
                 "fingerprint": fingerprints,

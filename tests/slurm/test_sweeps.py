@@ -34,8 +34,41 @@ def test_every_shipped_sweep_expands(name, tmp_path):
     for t in s.tasks:
         assert t.train_command[:2] == ["accelerate", "launch"]
         assert t.train_command[-2:] == ["--output-dir", t.train_dir]
-        assert t.eval_command[-2:] == ["--out", t.eval_dir]
-        assert "--writer" in t.eval_command
+        for part in sweeplib.chain_parts(t.eval_command):
+            assert part[-2] == "--out" and Path(part[-1]).is_relative_to(t.eval_dir)
+            assert "--writer" in part
+
+
+def test_the_experiment_sweeps(tmp_path):
+    """filter-ablation: writer and reader x filtered/unfiltered data, one budget, 3 seeds; data-scaling:
+    4 budgets x 3 seeds; each cell runs sabotage then policy reuse into eval/<script>."""
+    fa = load_sweep(
+        SWEEPS / "filter-ablation.yaml", out=tmp_path / "fa", sets=[("train.args.cache_dir", "/c")]
+    )
+    assert fa.grid == {
+        "role": ["writer", "reader"],
+        "data": ["default", "unfiltered"],
+        "examples": [561],
+        "seed": [0, 1, 2],
+    }
+    by = {t.name: t for t in fa.tasks}
+    assert "--data-dir" not in by["writer-default-e561-s0"].train_command
+    tc = by["reader-unfiltered-e561-s1"].train_command
+    assert tc[tc.index("--data-dir") + 1] == "/c/sft-unfiltered" and "train/reader.py" in tc
+    sab, pol = sweeplib.chain_parts(by["reader-unfiltered-e561-s1"].eval_command)
+    ckpt = by["reader-unfiltered-e561-s1"].train_dir
+    assert sab[1] == "eval/sabotage.py" and sab[sab.index("--reader") + 1] == ckpt
+    assert pol[1] == "eval/policy_reuse.py" and pol[pol.index("--executor") + 1] == ckpt
+    assert "--no-base-reader" in sab and "--no-base-reader" not in pol and "--no-base-writer" in pol
+    sab, pol = sweeplib.chain_parts(by["writer-default-e561-s0"].eval_command)
+    assert sab[sab.index("--reader") + 1] == "ckpt-reader/" and pol[pol.index("--executor") + 1] == "rules"
+    ds = load_sweep(SWEEPS / "data-scaling.yaml", out=tmp_path / "ds")
+    assert ds.grid == {"role": ["writer"], "examples": [64, 128, 256, 561], "seed": [0, 1, 2]}
+
+
+def test_unknown_data_preset_is_named(tmp_path):
+    with pytest.raises(SweepError, match=r"grid.data: no data preset configs/data/nope.yaml"):
+        load_sweep(SWEEPS / "data-scaling.yaml", out=tmp_path, sets=[("grid.data", ["nope"])])
 
 
 def test_the_shipped_grids():
@@ -96,10 +129,11 @@ def test_eval_flags_exist_in_the_eval_scripts(tmp_path):
     }
     for name in sorted(p.name for p in SWEEPS.glob("*.yaml")):
         for t in load_sweep(SWEEPS / name, out=tmp_path).tasks:
-            script = Path(t.eval_command[1]).stem
-            for a in t.eval_command[2:]:
-                if a.startswith("--"):
-                    assert a.split("=")[0] in helps[script], (name, a)
+            for part in sweeplib.chain_parts(t.eval_command):
+                script = Path(part[1]).stem
+                for a in part[2:]:
+                    if a.startswith("--"):
+                        assert a.split("=")[0] in helps[script], (name, a)
 
 
 # ---- sbatch text for the GPU presets ------------------------------------------------------------

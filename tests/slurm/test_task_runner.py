@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -270,3 +271,32 @@ def test_threads_follow_the_allocation(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert (out / "summary.json").read_text() == "6"
+
+
+def test_a_chained_evaluation_runs_each_script_once(tmp_path):
+    """Two commands joined by && each write their --out; a rerun after the first finished runs only the
+    second (a killed evaluation resumes where it stopped), and a third run does nothing."""
+    out = tmp_path / "eval"
+    log = tmp_path / "ran.txt"
+
+    def part(name: str, fail_flag: Path) -> str:
+        code = (
+            f"import pathlib, sys; a = sys.argv; p = pathlib.Path(a[a.index('--out') + 1]); "
+            f"open({str(log)!r}, 'a').write({name!r} + '\\n'); "
+            f"sys.exit(3) if pathlib.Path({str(fail_flag)!r}).exists() else None; "
+            "p.mkdir(parents=True); (p / 'summary.json').write_text('{}')"
+        )
+        return shlex.join(["python", "-c", code, "--out", str(out / name)])
+
+    stop = tmp_path / "stop"
+    stop_a = tmp_path / "never"
+    index = tmp_path / "eval_index.tsv"
+    index.write_text(f"0\tt0\t{out}\t{part('a', stop_a)} '&&' {part('b', stop)}\n")
+    stop.touch()  # the second script fails the first time
+    assert tr.run_task("eval", index, 0, grace=5, env=clean_env()) == 3
+    stop.unlink()
+    assert tr.run_task("eval", index, 0, grace=5, env=clean_env()) == 0
+    assert tr.run_task("eval", index, 0, grace=5, env=clean_env()) == 0
+    assert log.read_text().split() == ["a", "b", "b"]
+    status = json.loads((tmp_path / "status" / "eval-0000.json").read_text())
+    assert [a["state"] for a in status["attempts"]] == ["failed", "done", "done"]
