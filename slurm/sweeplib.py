@@ -378,7 +378,28 @@ def train_command(role: str, params: dict, train: dict, output_dir: str, where: 
             raise SweepError(f"{where}: train.args.{key}: set by the sweep and the task runner")
     cmd += cli_args(extra, f"{where}: train.args")
     cmd += ["--output-dir", output_dir]
+    check_train_flags(role, cmd[cmd.index(f"train/{role}.py") + 1 :], where)
     return cmd
+
+
+def check_train_flags(role: str, flags: list[str], where: str) -> None:
+    """Parse a task's training flags exactly as ``train/<role>.py`` will, at submit time: a typo in a
+    sweep or a ``--set`` override fails here, naming it, instead of in every array task."""
+    import contextlib
+    import io
+
+    from train.config import ConfigError, parse_config
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parse_config(role, flags)
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        why = lines[-1].split("error: ", 1)[-1] if lines else "unusable flags"
+        raise SweepError(f"{where}: train flags: {why}") from None
+    except ConfigError as exc:
+        raise SweepError(f"{where}: train flags: {exc}") from None
 
 
 def data_args(preset: str, cache_dir: str | None, where: str) -> dict:

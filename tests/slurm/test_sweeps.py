@@ -117,6 +117,23 @@ def test_train_flags_exist_in_the_recipe(tmp_path):
             assert {a for a in args if a.startswith("--")} <= known, name
 
 
+def test_a_misspelled_override_fails_at_submit_time(tmp_path):
+    """``--set train.args.lerning_rate=1`` names the flag and stops before anything is written."""
+    with pytest.raises(SweepError, match=r"train flags: unrecognized arguments: --lerning-rate 1"):
+        load_sweep(SWEEPS / "data-scaling.yaml", out=tmp_path, sets=[("train.args.lerning_rate", 1)])
+    with pytest.raises(SweepError, match=r"train flags: .*report_to"):
+        load_sweep(SWEEPS / "data-scaling.yaml", out=tmp_path, sets=[("train.args.report_to", "mlflow")])
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "slurm/submit.py"), str(SWEEPS / "data-scaling.yaml"), "--out",
+         str(tmp_path / "x"), "--set", "train.args.lerning_rate=1", "--dry-run"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--lerning-rate" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x").exists()
+    ok = load_sweep(SWEEPS / "data-scaling.yaml", out=tmp_path, sets=[("train.args.learning_rate", 1e-4)])
+    assert all("--learning-rate" in t.train_command for t in ok.tasks)
+
+
 def test_eval_flags_exist_in_the_eval_scripts(tmp_path):
     for script in ("policy_reuse", "sabotage"):
         if not (REPO / "eval" / f"{script}.py").is_file():
