@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,33 @@ def json_documents(path: Path) -> Iterator[tuple[Any, LazyLines] | Rejected]:
             yield loads_strict(chunk), lines
         except StrictJSONError as exc:
             yield Rejected(str(path), json_error_line(chunk, exc, lines), exc.path, exc.problem)
+
+
+def trace_items(paths: list[Path], collect: Callable, convert: Callable) -> Iterator[Item]:
+    """The items of trace files, for every trace format: each JSON document of a file goes to
+    ``collect(value, lines, traces, counter)``, which groups its spans into ``traces`` (a trace may span
+    documents of one file); then ``convert(trace, src, seen)`` yields each trace's items. An unreadable
+    file, a broken document or a bad span is a ``Rejected`` with its line, never an error."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        src = str(path)
+        traces: dict[str, Any] = {}
+        counter = [0]
+        try:
+            for doc in json_documents(path):
+                if isinstance(doc, Rejected):
+                    yield doc
+                    continue
+                value, lines = doc
+                try:
+                    collect(value, lines, traces, counter)
+                except Problem as exc:
+                    yield Rejected(src, lines.line(exc.field), exc.field, exc.problem)
+        except (OSError, UnicodeDecodeError) as exc:
+            yield Rejected(src, 0, "$", f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+            continue
+        for trace in traces.values():
+            yield from convert(trace, src, seen)
 
 
 def expand_sources(sources: Iterable[str | Path], patterns: tuple[str, ...]) -> list[Path]:

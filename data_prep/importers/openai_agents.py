@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from data_prep.importers.common import Accepted, Item, Problem, Rejected, json_documents
+from data_prep.importers.common import Accepted, Item, Problem, Rejected, trace_items
 from data_prep.importers.labeller import Labeller
 from data_prep.importers.traces import TraceCall, build_trace_run, function_tool, parse_json_arguments
 from data_prep.importers.yaml_lines import LazyLines
@@ -230,26 +230,7 @@ def convert_trace(trace: Trace, labeller: Labeller, source: str) -> tuple[dict, 
 
 def iter_items(paths: list[Path], labeller: Labeller | None = None) -> Iterator[Item]:
     labeller = labeller or Labeller()
-    seen: dict[str, str] = {}
-    for path in paths:
-        src = str(path)
-        traces: dict[str, Trace] = {}
-        counter = [0]
-        try:
-            for doc in json_documents(path):
-                if isinstance(doc, Rejected):
-                    yield doc
-                    continue
-                value, lines = doc
-                try:
-                    collect(value, lines, traces, counter)
-                except Problem as exc:
-                    yield Rejected(src, lines.line(exc.field), exc.field, exc.problem)
-        except (OSError, UnicodeDecodeError) as exc:
-            yield Rejected(src, 0, "$", f"cannot read: {getattr(exc, 'strerror', None) or exc}")
-            continue
-        for trace in traces.values():
-            yield _one(trace, labeller, src, seen)
+    yield from trace_items(paths, collect, lambda trace, src, seen: [_one(trace, labeller, src, seen)])
 
 
 def _locate(trace: Trace, fld: str, default: Span) -> tuple[Span, str]:

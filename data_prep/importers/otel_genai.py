@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.canonical import StrictJSONError, loads_strict
-from data_prep.importers.common import Accepted, Item, Problem, Rejected
+from data_prep.importers.common import Accepted, Item, Problem, Rejected, trace_items
 from data_prep.importers.labeller import Labeller
 from data_prep.importers.traces import TraceCall, build_trace_run, function_tool, parse_json_arguments
-from data_prep.importers.yaml_lines import LazyLines, json_error_line
+from data_prep.importers.yaml_lines import LazyLines
 
 TOOL_OPERATION = "execute_tool"
 ERROR_CODES = (2, "STATUS_CODE_ERROR")
@@ -311,43 +310,9 @@ def convert_trace(trace: Trace, labeller: Labeller, source: str) -> tuple[dict, 
     )
 
 
-def _documents(path: Path) -> Iterator[tuple[Any, LazyLines] | Rejected]:
-    text = path.read_text(encoding="utf-8")
-    chunks = (
-        [(text, 0)]
-        if path.suffix == ".json"
-        else [(ln, i) for i, ln in enumerate(text.split("\n")) if ln.strip()]
-    )
-    for chunk, base in chunks:
-        lines = LazyLines(chunk, base)
-        try:
-            yield loads_strict(chunk), lines
-        except StrictJSONError as exc:
-            yield Rejected(str(path), json_error_line(chunk, exc, lines), exc.path, exc.problem)
-
-
 def iter_items(paths: list[Path], labeller: Labeller | None = None) -> Iterator[Item]:
     labeller = labeller or Labeller()
-    seen: dict[str, str] = {}
-    for path in paths:
-        src = str(path)
-        traces: dict[str, Trace] = {}
-        counter = [0]
-        try:
-            for doc in _documents(path):
-                if isinstance(doc, Rejected):
-                    yield doc
-                    continue
-                value, lines = doc
-                try:
-                    collect(value, lines, traces, counter)
-                except Problem as exc:
-                    yield Rejected(src, lines.line(exc.field), exc.field, exc.problem)
-        except (OSError, UnicodeDecodeError) as exc:
-            yield Rejected(src, 0, "$", f"cannot read: {getattr(exc, 'strerror', None) or exc}")
-            continue
-        for trace in traces.values():
-            yield from _one(trace, labeller, src, seen)
+    yield from trace_items(paths, collect, lambda trace, src, seen: _one(trace, labeller, src, seen))
 
 
 def _one(trace: Trace, labeller: Labeller, src: str, seen: dict[str, str]) -> Iterator[Item]:
