@@ -493,6 +493,9 @@ class Sanitizer:
 
     def _quote_literal_rule(self, qi: int, values: Iterable[str]) -> LiteralRule | None:
         cr = self._quote_rules[qi]
+        # a source is quoted as the output will hold it: invisible characters are stripped from every
+        # string, so a source keeping them would miss a quote now and match it on a second pass
+        values = (v.translate(_INVISIBLE) if has_invisible(v) else v for v in values)
         lits = tuple(v for v in values if self._quotable(v, cr.rule.min_length))
         rx = literal_regex(lits) if lits else None
         if rx is None:

@@ -187,3 +187,13 @@ def test_json_line_prefilter_agrees_with_full_walk(rec, ids_field, ascii_only):
     assert fast.dropped == slow.dropped
     if fast.prefiltered:
         assert slow.findings == []
+
+
+def test_a_quote_source_with_an_invisible_character_is_quoted_as_the_output_holds_it():
+    """Found by the property test above: a label holding a soft hyphen, quoted without it in the
+    ledger. The quote is redacted on the first pass, so a second pass changes nothing."""
+    rec = {"model_ledger": ["0000000000000000"], "labels": "0000000000000000\xad"}
+    res = SAN.sanitize_record(rec)
+    assert res.record["model_ledger"] == ["[LEAK:oracle_quote]"]
+    again = SAN.sanitize_record(res.record)
+    assert again.record == res.record and [f for f in again.findings if f.action != "drop"] == []

@@ -7,7 +7,8 @@ import os
 
 import torch
 
-from . import cpu_fused
+import train.attention.cpu_fused as cpu_fused  # a module import: the package's __init__ imports this file
+
 from .semantics import check_problem, resolve_precision
 from .torch_impl import blockwise_attention_torch
 
