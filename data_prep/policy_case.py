@@ -186,20 +186,33 @@ def validate_record(rec: Any, where: str, *, partial: bool = False, event: bool 
     for key in allowed:
         if (partial or key == "supersedes_ref") and key not in rec:
             continue
-        if key in ("allowed_categories", "source_turn_refs"):
-            _strs(rec, key, where, nonempty=key == "allowed_categories")
+        if key == "allowed_categories":
+            _strs(rec, key, where, nonempty=True)
         elif key == "max_amount":
             _num(rec, key, where)
-        elif key in ("valid_from", "valid_until"):
-            _time(rec, key, where)
-        elif key == "effect":
-            if _str(rec, key, where) not in EFFECTS:
-                raise RecordError(f"{where}.effect", f"must be {'|'.join(EFFECTS)}, got {rec[key]!r}")
-        elif key == "status":
-            if _str(rec, key, where) not in STATUSES:
-                raise RecordError(f"{where}.status", f"must be {'|'.join(STATUSES)}, got {rec[key]!r}")
         else:
-            _str(rec, key, where)
+            _shared_field(rec, key, where)
+    return _valid_window(rec, where, partial)
+
+
+def _shared_field(rec: dict, key: str, where: str) -> None:
+    """A field both record kinds (procurement and scope) have: source turns, the validity window,
+    effect, status; any other field is a string."""
+    if key == "source_turn_refs":
+        _strs(rec, key, where)
+    elif key in ("valid_from", "valid_until"):
+        _time(rec, key, where)
+    elif key == "effect":
+        if _str(rec, key, where) not in EFFECTS:
+            raise RecordError(f"{where}.effect", f"must be {'|'.join(EFFECTS)}, got {rec[key]!r}")
+    elif key == "status":
+        if _str(rec, key, where) not in STATUSES:
+            raise RecordError(f"{where}.status", f"must be {'|'.join(STATUSES)}, got {rec[key]!r}")
+    else:
+        _str(rec, key, where)
+
+
+def _valid_window(rec: dict, where: str, partial: bool) -> dict:
     if not partial and parse_time(rec["valid_until"]) <= parse_time(rec["valid_from"]):
         raise RecordError(f"{where}.valid_until", "must be after valid_from")
     return rec
@@ -240,21 +253,9 @@ def _validate_scope_record(rec: dict, where: str, *, partial: bool, event: bool)
             continue
         if key == "scope":
             _validate_scope(rec.get("scope"), f"{where}.scope", partial=partial)
-        elif key == "source_turn_refs":
-            _strs(rec, key, where)
-        elif key in ("valid_from", "valid_until"):
-            _time(rec, key, where)
-        elif key == "effect":
-            if _str(rec, key, where) not in EFFECTS:
-                raise RecordError(f"{where}.effect", f"must be {'|'.join(EFFECTS)}, got {rec[key]!r}")
-        elif key == "status":
-            if _str(rec, key, where) not in STATUSES:
-                raise RecordError(f"{where}.status", f"must be {'|'.join(STATUSES)}, got {rec[key]!r}")
         else:
-            _str(rec, key, where)
-    if not partial and parse_time(rec["valid_until"]) <= parse_time(rec["valid_from"]):
-        raise RecordError(f"{where}.valid_until", "must be after valid_from")
-    return rec
+            _shared_field(rec, key, where)
+    return _valid_window(rec, where, partial)
 
 
 def validate_request(req: Any, where: str) -> dict:
