@@ -7,6 +7,7 @@ trained per second of optimizer steps, the first step of every round left out as
     python bench/train_throughput.py --data-dir DIR [--examples 128 --steps 8 --rounds 2]
     python bench/train_throughput.py --gpu-shape gemma-3-12b --steps 6      # (bench/gpu_train.sh)
     python bench/train_throughput.py --fused-vs-blockwise --rounds 3       # CPU global attention paths
+    python bench/train_throughput.py --compact-vs-full-head --role reader  # CPU LM head: labelled rows only
 
 ``--gpu-shape gemma-3-12b`` builds a Gemma 3 12B-shaped text model with random weights (the real
 config's sizes), saves it as safetensors, loads it through the recipe's 4-bit path with the
@@ -76,6 +77,24 @@ def _fused_attention(on: bool):
         cpu_fused.eligible = real
 
 
+@contextlib.contextmanager
+def _compact_head(on: bool):
+    """With ``on`` False, TRL's fused LM head scores every position of a packed row on the CPU (as
+    TRL ships it), instead of the labelled positions only (``train/lm_head.py``)."""
+    import trl.trainer.utils as trl_utils
+
+    from train.lm_head import compact_fused_head_on_cpu
+
+    compact_fused_head_on_cpu()
+    patched = trl_utils._use_triton
+    if not on:
+        trl_utils._use_triton = patched.__wrapped__
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = patched
+
+
 def cpu_bench(args) -> dict:
     import torch
 
@@ -112,16 +131,19 @@ def cpu_bench(args) -> dict:
         modes[f"padded-{b}"] = dict(packing=False, per_device_train_batch_size=b)
     if args.fused_vs_blockwise:  # packed, with every layer on the Python-tiled kernel (the baseline)
         modes = {"packed": modes["packed"], "packed-blockwise": {**modes["packed"], "fused": False}}
+    if args.compact_vs_full_head:  # packed, with the LM head over every position (TRL's CPU default)
+        modes = {"packed": modes["packed"], "packed-full-head": {**modes["packed"], "compact": False}}
     results = {m: [] for m in modes}
     tmp = Path(tempfile.mkdtemp(prefix="bench-train-"))
     for r in range(args.rounds):
         for mode, over in modes.items():
             over = dict(over)
             fused = over.pop("fused", True)
+            compact = over.pop("compact", True)
             c = dataclasses.replace(cfg, max_steps=args.steps, **over)
             timer = _step_timer()
             tr = make_trainer(c, str(model_path), tok, rows, [], tmp / f"{mode}-{r}", extra_callbacks=[timer])
-            with _fused_attention(fused):
+            with _fused_attention(fused), _compact_head(compact):
                 tr.train()
             rate, ntok, secs = timer.rate()
             results[mode].append({"tokens_per_s": rate, "tokens": ntok, "seconds": secs})
@@ -150,6 +172,7 @@ def cpu_bench(args) -> dict:
         "ratios_packed_over_padded": ratios,
         "ratio_packed_over_padded": ratios.get(f"padded-{equal}", min(ratios.values())),
         "fused_vs_blockwise": bool(args.fused_vs_blockwise),
+        "compact_vs_full_head": bool(args.compact_vs_full_head),
         "torch_threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
         "cpu_count": os.cpu_count(),
@@ -336,6 +359,14 @@ def write_markdown(res: dict, path: Path, notes: str = "") -> None:
             f"(`train/attention/cpu_fused.py`, the default); `packed-blockwise`: every layer on the tiled "
             f"kernel (the baseline). Ratio fused / tiled: **{ratio:.2f}x**."
         )
+    elif r.get("compact_vs_full_head"):
+        lines[0] = f"# Training throughput, {r['date']}, CPU: LM head on labelled positions vs every position"
+        ratio = r["ratios_packed_over_padded"]["packed-full-head"]
+        verdict = (
+            "Packed rows both. `packed`: TRL's fused LM head scores only the positions with a label "
+            "(`train/lm_head.py`, the default); `packed-full-head`: every position of the packed row, as TRL "
+            f"ships it for the CPU (the baseline). Ratio labelled-only / every position: **{ratio:.2f}x**."
+        )
     else:
         verdict = (
             "Ratios packed / padded: "
@@ -378,6 +409,11 @@ def main(argv=None) -> int:
         "--fused-vs-blockwise",
         action="store_true",
         help="packed rows with the CPU's fused global attention vs every layer on the tiled kernel",
+    )
+    ap.add_argument(
+        "--compact-vs-full-head",
+        action="store_true",
+        help="packed rows with the LM head on labelled positions only vs on every position",
     )
     ap.add_argument("--role", default="writer", choices=["writer", "reader"], help="which recipe's data")
     ap.add_argument(

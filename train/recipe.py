@@ -205,8 +205,10 @@ def make_trainer(
 
     from train.callbacks import ExitAfterSave, ProgressBar
     from train.data import to_dataset
+    from train.lm_head import compact_fused_head_on_cpu
     from train.modeling import compute_dtype, load_base_model, lora_config
 
+    compact_fused_head_on_cpu()  # the LM head scores labelled positions only (CPU; GPUs already do)
     fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     model, attn_used = load_base_model(model_path, cfg, fsdp=fsdp)
     args = build_sft_config(
