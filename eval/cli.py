@@ -115,6 +115,9 @@ def add_common(ap: argparse.ArgumentParser, default_config: Path) -> None:
     )
     g.add_argument("--batch-size", type=int, help="prompts per generate() call")
     g.add_argument("--threads", type=int, help="torch CPU threads")
+    g.add_argument(
+        "--workers", type=int, help="CPU processes evaluating chunks side by side (default: cores / threads)"
+    )
 
 
 def overrides(ns: argparse.Namespace, names: list[str]) -> dict[str, Any]:
@@ -133,5 +136,7 @@ def apply_limit(cfg: Any, ns: argparse.Namespace) -> None:
 
 def decoding_overrides(ns: argparse.Namespace) -> dict[str, Any]:
     return {
-        k: getattr(ns, k) for k in ("backend", "batch_size", "threads") if getattr(ns, k, None) is not None
+        k: getattr(ns, k)
+        for k in ("backend", "batch_size", "threads", "workers")
+        if getattr(ns, k, None) is not None
     }

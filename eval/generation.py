@@ -81,6 +81,7 @@ class DecodingConfig:
     merge_adapter: str = "auto"  # auto | true | false
     dequantize_on_cpu: bool = True
     threads: int | None = 1
+    workers: int | None = None  # CPU processes evaluating chunks side by side; None: cores / threads
     guard: bool = True  # end looping answers (train/answer_guard.py): json_end, repetition, field_length
     max_field_chars: int = 400
     reuse_kv_cache: bool = True  # CPU, Gemma 3: keep keys/values across a conversation's turns
@@ -91,9 +92,9 @@ class DecodingConfig:
         return dataclasses.asdict(self)
 
     def digest(self) -> str:
-        """Digest of the settings that change answers (not threads or batch plumbing of vLLM)."""
+        """Digest of the settings that change answers (not threads, workers or batch plumbing of vLLM)."""
         d = self.to_dict()
-        for k in ("threads", "vllm_gpu_memory_utilization", "reuse_kv_cache"):
+        for k in ("threads", "workers", "vllm_gpu_memory_utilization", "reuse_kv_cache"):
             d.pop(k)
         return "sha256:" + hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
@@ -129,6 +130,8 @@ def load_decoding(path: str | Path | None = None, overrides: dict[str, Any] | No
         raise DecodingConfigError(f"{src}: temperature: expected a number >= 0")
     if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
         raise DecodingConfigError(f"{src}: batch_size: expected a positive integer")
+    if cfg.workers is not None and (not isinstance(cfg.workers, int) or cfg.workers < 1):
+        raise DecodingConfigError(f"{src}: workers: expected a positive integer or null")
     if str(cfg.merge_adapter).lower() not in ("auto", "true", "false"):
         raise DecodingConfigError(f"{src}: merge_adapter: expected auto, true or false")
     cfg.merge_adapter = str(cfg.merge_adapter).lower()

@@ -29,6 +29,7 @@ analysis metadata names (EAL-Bench's ``benchmark`` block), so that failures can 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 import sys
@@ -53,6 +54,7 @@ from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, sco
 from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
 from eval.rundir import RunDir, digest_of, jsonable, write_json
 from eval.sources import SourceError, heldout_families, load_cases, resolve_default
+from eval.workers import run_chunks, worker_count
 
 logger = logging.getLogger("ledgerwright.eval")
 
@@ -638,20 +640,15 @@ def select(cfg: PolicyConfig):
     return sel
 
 
-def run_policy(
+def build_models(
     cfg: PolicyConfig,
+    decoding: DecodingConfig,
     *,
     writer: Backend | None = None,
     executor: Backend | None = None,
-    decoding: DecodingConfig | None = None,
-) -> Path:
-    """Run the evaluation; returns the run directory. Backends may be passed in (tests)."""
-    cfg.check()
-    t0 = time.time()
-    decoding = decoding or load_decoding(_path(cfg.decoding))
-    sel = select(cfg)
-    for p in sel.problems:
-        logger.warning("%s", p)
+) -> Models:
+    """The writer backend and the executor of ``cfg``: none for ``rules``, the writer's base model for
+    ``base``, else a checkpoint (the writer's own backend when it names the same one)."""
     if writer is None:
         writer = make_backend(_path(cfg.writer), decoding, base=cfg.base_model)
     ex_name = cfg.executor
@@ -667,7 +664,25 @@ def run_policy(
         else:
             ex_backend = make_backend(_path(ex_name), decoding, base=cfg.base_model)
         ex_name = str(cfg.executor)
-    models = Models(writer, ex_backend, "base" if cfg.executor == "base" else ex_name)
+    return Models(writer, ex_backend, "base" if cfg.executor == "base" else ex_name)
+
+
+def run_policy(
+    cfg: PolicyConfig,
+    *,
+    writer: Backend | None = None,
+    executor: Backend | None = None,
+    decoding: DecodingConfig | None = None,
+) -> Path:
+    """Run the evaluation; returns the run directory. Backends may be passed in (tests)."""
+    cfg.check()
+    t0 = time.time()
+    decoding = decoding or load_decoding(_path(cfg.decoding))
+    sel = select(cfg)
+    for p in sel.problems:
+        logger.warning("%s", p)
+    given = writer is not None or executor is not None
+    models = build_models(cfg, decoding, writer=writer, executor=executor)
     prompts = Prompts(_path(cfg.prompts_dir))
     cases: list[dict] = sel.items
     chunk = cfg.chunk_size or decoding.batch_size
@@ -687,8 +702,14 @@ def run_policy(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    for start in range(0, len(pending), chunk):
-        recs = process_chunk(pending[start : start + chunk], cfg, models, prompts, digests)
+    chunks = [pending[start : start + chunk] for start in range(0, len(pending), chunk)]
+    task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, digests=digests)
+    workers = worker_count(decoding, len(chunks), backends_given=given)
+    if workers > 1:
+        logger.info("policy-reuse eval: %d chunks on %d worker processes", len(chunks), workers)
+    for recs in run_chunks(
+        task, chunks, models=models, workers=workers, build=build_models, build_args=(cfg, decoding)
+    ):
         rd.append(recs)
         for r in recs:
             done[r["id"]] = r
@@ -706,9 +727,9 @@ def run_policy(
 
     plot_policy_confusion(summary, rd.path / "policy_confusion.png")
     (rd.path / "report.md").write_text(policy_report(summary, cfg.to_dict()), encoding="utf-8")
-    checkpoints = {"writer": writer.describe()}
-    if ex_backend is not None:
-        checkpoints["executor"] = {**ex_backend.describe(), "adapter": cfg.executor != "base"}
+    checkpoints = {"writer": models.writer.describe()}
+    if models.executor is not None:
+        checkpoints["executor"] = {**models.executor.describe(), "adapter": cfg.executor != "base"}
     rd.write_manifest(
         stage="eval-policy-reuse",
         config=cfg.to_dict(),

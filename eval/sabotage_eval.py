@@ -34,6 +34,7 @@ corpus's own ledger sabotage), and the teacher ledger's agreement and compliance
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 import time
@@ -51,6 +52,7 @@ from eval.generation import Backend, Completion, DecodingConfig, load_decoding, 
 from eval.injection import DEFAULT_TYPES, INJECTION_TYPES, Injection, assign_injections, inject
 from eval.rundir import RunDir, digest_of, jsonable, write_json
 from eval.sources import SourceError, heldout_families, load_runs, resolve_default
+from eval.workers import run_chunks, worker_count
 from train.answer_guard import REASONS as GUARD_REASONS
 
 logger = logging.getLogger("ledgerwright.eval")
@@ -566,6 +568,25 @@ def select(cfg: SabotageConfig):
     return sel
 
 
+def build_models(
+    cfg: SabotageConfig,
+    decoding: DecodingConfig,
+    *,
+    writer: Backend | None = None,
+    reader: Backend | None = None,
+) -> Models:
+    """The writer and reader backends of ``cfg`` (one backend when both name the same checkpoint)."""
+    if writer is None:
+        writer = make_backend(_path(cfg.writer), decoding, base=cfg.base_model)
+    if reader is None:
+        reader = (
+            writer
+            if _path(cfg.reader) == _path(cfg.writer)
+            else make_backend(_path(cfg.reader), decoding, base=cfg.base_model)
+        )
+    return Models(writer, reader)
+
+
 def run_sabotage(
     cfg: SabotageConfig,
     *,
@@ -580,15 +601,8 @@ def run_sabotage(
     sel = select(cfg)
     for p in sel.problems:
         logger.warning("%s", p)
-    if writer is None:
-        writer = make_backend(_path(cfg.writer), decoding, base=cfg.base_model)
-    if reader is None:
-        reader = (
-            writer
-            if _path(cfg.reader) == _path(cfg.writer)
-            else make_backend(_path(cfg.reader), decoding, base=cfg.base_model)
-        )
-    models = Models(writer, reader)
+    given = writer is not None or reader is not None
+    models = build_models(cfg, decoding, writer=writer, reader=reader)
     prompts = Prompts(_path(cfg.prompts_dir))
     runs: list[Run] = sel.items
     assigned = assign_injections(
@@ -611,8 +625,14 @@ def run_sabotage(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    for start in range(0, len(pending), chunk):
-        recs = process_chunk(pending[start : start + chunk], cfg, models, prompts, assigned, digests)
+    chunks = [pending[start : start + chunk] for start in range(0, len(pending), chunk)]
+    task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, assigned=assigned, digests=digests)
+    workers = worker_count(decoding, len(chunks), backends_given=given)
+    if workers > 1:
+        logger.info("sabotage eval: %d chunks on %d worker processes", len(chunks), workers)
+    for recs in run_chunks(
+        task, chunks, models=models, workers=workers, build=build_models, build_args=(cfg, decoding)
+    ):
         rd.append(recs)
         for r in recs:
             done[r["id"]] = r

@@ -101,7 +101,8 @@ def _sabotage_args(w, out: Path) -> list[str]:
 def test_sabotage_eval_on_tiny_checkpoints_with_resume(world):
     root = world["root"]
     ref = root / "sab-ref"
-    proc = _run([*_sabotage_args(world, ref)])
+    proc = _run([*_sabotage_args(world, ref), "--workers", "2"])
+    assert "4 chunks on 2 worker processes" in proc.stderr
     assert "AUROC" in proc.stdout and "sabotage eval: wrote" in proc.stdout
     assert "sabotage eval" in proc.stderr  # the progress bar (items/s) goes to stderr
     s = json.loads((ref / "summary.json").read_text())
@@ -153,6 +154,11 @@ def test_sabotage_eval_on_tiny_checkpoints_with_resume(world):
     assert man["counts"]["reused"] >= 1 and man["counts"]["computed"] >= 1
     assert (res / "summary.json").read_bytes() == (ref / "summary.json").read_bytes()
     assert (res / "items.jsonl").read_bytes() == (ref / "items.jsonl").read_bytes()
+
+    # the chunks in worker processes (above: one per core) or all in the evaluation's own process
+    one = root / "sab-one"
+    _run([*_sabotage_args(world, one), "--workers", "1"])
+    assert (one / "items.jsonl").read_bytes() == (ref / "items.jsonl").read_bytes()
 
 
 def test_policy_reuse_on_tiny_checkpoints(world):
