@@ -37,6 +37,7 @@ from sanitizer.engine import (
     apply_spans,
     block_spans,
     confirmed_spans,
+    literal_matcher,
     literal_regex,
     resolve,
 )
@@ -377,7 +378,11 @@ class Sanitizer:
         may change (a superset: the others need no scan of their own), and the set's hits (a
         superset of each turn's, for ``may_hit``)."""
         joined = "\n".join(texts)
-        b = joined.encode("utf-8", "surrogatepass")
+        if joined.isascii():
+            b, lengths = joined.encode(), None
+        else:  # each turn encoded once: the join of the bytes, and each turn's byte length
+            parts = [t.encode("utf-8", "surrogatepass") for t in texts]
+            b, lengths = b"\n".join(parts), [len(x) for x in parts]
         hits = self._engine.hits(b)
         names = self._names_in(b, hits) if hits else ()
         info = {p: self._path_info(None, _concrete_to_npath(p)).allowed for p in set(paths)}
@@ -385,7 +390,8 @@ class Sanitizer:
         # substring test is ten times faster than the alternation with its word boundaries)
         dynamic_literals = tuple(x for x in dynamic_literals if x and x in joined)
         _, literals = self._text_rules(None, dynamic_literals, (), names)
-        return names, self._touched(texts, [info[p] for p in paths], literals, joined, b, hits), hits
+        allowed = [info[p] for p in paths]
+        return names, self._touched(texts, allowed, literals, joined, b, hits, lengths), hits
 
     def _touched(
         self,
@@ -395,6 +401,7 @@ class Sanitizer:
         joined: str | None = None,
         b: bytes | None = None,
         hits: list[int] | None = None,
+        lengths: list[int] | None = None,
     ) -> list[int]:
         """Indices of the strings a raw match of a rule that applies to them touches (``allowed[i]``:
         the set rules that apply to ``texts[i]``, None for all; confirmers not run), or that hold
@@ -408,7 +415,8 @@ class Sanitizer:
         if joined.isascii():
             lengths = map(len, texts)
         else:
-            lengths = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
+            if lengths is None:  # the texts' byte lengths, unless the caller has them
+                lengths = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
             if has_invisible(joined):
                 need.update(i for i, t in enumerate(texts) if has_invisible(t))
         starts = [0, *accumulate(n + 1 for n in lengths)]
@@ -521,7 +529,7 @@ class Sanitizer:
             may_hit = None  # the scanned text still held them
         for _ in range(self.max_passes):
             b = text.encode("utf-8", "surrogatepass")
-            active = [lr for lr in literals if not lr.absent_from(text)] if literals else literals
+            active = [lr for lr in literals if lr.finds or not lr.absent_from(text)] if literals else literals
             cands, drop_spans = engine.candidates(b, allowed, active, may_hit)
             may_hit = None  # a changed text is scanned afresh
             if not cands and not drop_spans:
@@ -860,21 +868,21 @@ def _strings_at(record: dict, dotted: str) -> list[str]:
 @functools.lru_cache(maxsize=1024)
 def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
     """The hidden-identifier rule for one workflow's identifiers (made once per list)."""
-    rx = literal_regex(literals)
+    match = literal_matcher(literals)
     return (
         None
-        if rx is None
-        else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx, literals)
+        if match is None
+        else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, None, literals, match)
     )
 
 
 @functools.lru_cache(maxsize=1024)
 def _name_rule(names: tuple[str, ...], cr: CompiledRule) -> LiteralRule | None:
     """The person names of one example as a literal rule acting like the name rule itself."""
-    rx = literal_regex(names)
-    if rx is None:
+    match = literal_matcher(names)
+    if match is None:
         return None
-    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx, names)
+    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, None, names, match)
     lr.action, lr.pseudo = cr.action, cr.pseudo
     return lr
 

@@ -242,13 +242,14 @@ class LiteralRule:
         "priority",
         "order",
         "placeholder",
-        "regex",
+        "_regex",
         "match",
         "group",
         "check",
         "kind",
         "pseudo",
         "texts",
+        "finds",
     )
 
     def __init__(
@@ -257,21 +258,31 @@ class LiteralRule:
         placeholder: str,
         priority: int,
         order: int,
-        regex: re2._Regexp,
+        regex: re2._Regexp | None,
         texts: tuple[str, ...] = (),
+        match: Callable[[bytes, int, int], list | None] | None = None,
     ):
         self.id = rule_id
         self.action = REDACT
         self.priority = priority
         self.order = order
         self.placeholder = placeholder.encode()
-        self.regex = regex
-        self.match = matcher(regex)
+        self._regex = regex
+        self.match = match if match is not None else matcher(regex)
         self.group = 0
         self.check = None
         self.kind = "literal"
         self.pseudo = None
         self.texts = texts  # the literals: where none occurs, the regex cannot match
+        self.finds = match is not None  # its match is substring finds: a substring pre-test repeats it
+
+    @property
+    def regex(self) -> re2._Regexp:
+        """The literals' RE2 alternation, compiled on first use when the rule was made with a
+        ``match`` of its own (a record pre-filter scans a join with it)."""
+        if self._regex is None:
+            self._regex = literal_regex(self.texts)
+        return self._regex
 
     def absent_from(self, text: str) -> bool:
         """True when no literal occurs in ``text`` (a substring test instead of a regex scan)."""
@@ -313,6 +324,41 @@ def literal_regex(literals: tuple[str, ...]) -> re2._Regexp | None:
     if not parts:
         return None
     return compile_re2("|".join(parts))
+
+
+LITERAL_FIND_MAX = 8  # more literals than this: one RE2 alternation beats a find per literal
+_WORD_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+
+
+def literal_matcher(literals: tuple[str, ...]) -> Callable[[bytes, int, int], list | None] | None:
+    """A ``match`` (see :func:`matcher`) for :func:`literal_regex`'s alternation made of
+    ``bytes.find`` calls, for a few literals seen once (an example's names, a workflow's hidden ids):
+    compiling an RE2 program per example costs more than the scans. Same result: the leftmost start
+    wins, at one start the first literal in the alternation's order (longest first), and a literal
+    with a word-character end needs a non-word byte (or the text's end) beside it there (``\\b``)."""
+    lits = sorted({x for x in literals if x}, key=lambda t: (-len(t), t))
+    if not lits:
+        return None
+    if len(lits) > LITERAL_FIND_MAX:
+        return matcher(literal_regex(tuple(literals)))
+    table = [(x.encode("utf-8", "surrogatepass"), _is_word(x[0]), _is_word(x[-1])) for x in lits]
+    word = _WORD_BYTES
+
+    def match(b: bytes, pos: int, n: int) -> list | None:
+        best_s = best_e = -1
+        for lit, word_start, word_end in table:
+            s = b.find(lit, pos, n)
+            while s >= 0 and (best_s < 0 or s < best_s):
+                e = s + len(lit)
+                if not (word_start and s and b[s - 1] in word) and not (
+                    word_end and e < len(b) and b[e] in word
+                ):
+                    best_s, best_e = s, e
+                    break
+                s = b.find(lit, s + 1, n)
+        return None if best_s < 0 else [(best_s, best_e)]
+
+    return match
 
 
 _UNANCHORED = re2._Anchor.UNANCHORED
