@@ -53,6 +53,7 @@ INVISIBLE_RULE = "normalize.invisible_chars"
 # (AKIA\u200b...) is found whole. They carry no meaning in ledger text.
 INVISIBLE_CHARS = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u2061\u2062\u2063\u2064"
 _INVISIBLE = dict.fromkeys(map(ord, INVISIBLE_CHARS))
+INVISIBLE_PATTERN = "[" + "".join(f"\\x{{{ord(c):04x}}}" for c in INVISIBLE_CHARS) + "]"
 
 
 def has_invisible(text: str) -> bool:
@@ -126,7 +127,10 @@ class Sanitizer:
         self._placeholders = sorted(
             {r.placeholder for r in self.rules if r.placeholder} | {HIDDEN_ID_PLACEHOLDER}
         )
-        self._engine = Engine([c for c in compiled if c.kind != "quote"], self._placeholders)
+        # the rule set's pass also tells whether a text holds invisible characters
+        self._engine = Engine(
+            [c for c in compiled if c.kind != "quote"], self._placeholders, marker=INVISIBLE_PATTERN
+        )
         self._quote_rules = [c for c in compiled if c.kind == "quote"]
         self._b64_inner = [c for c in self._engine.set_rules if c.rule.validate != "base64_secret"]
         for c in compiled:
@@ -334,7 +338,7 @@ class Sanitizer:
         if dyn is not None:
             literals.append(dyn)
         quote_literals = tuple(quote_literals)
-        for qi in quote_ix:
+        for qi in quote_ix if quote_literals else ():  # no source strings: no quote rule
             lr = self._quote_literal_rule(qi, quote_literals)
             if lr is not None:
                 literals.append(lr)
@@ -383,7 +387,7 @@ class Sanitizer:
         else:  # each turn encoded once: the join of the bytes, and each turn's byte length
             parts = [t.encode("utf-8", "surrogatepass") for t in texts]
             b, lengths = b"\n".join(parts), [len(x) for x in parts]
-        hits = self._engine.hits(b)
+        hits, invisible = self._engine.scan(b)
         names = self._names_in(b, hits) if hits else ()
         info = {p: self._path_info(None, _concrete_to_npath(p)).allowed for p in set(paths)}
         # a literal rule matches only where its text occurs: the absent ones are left out (a
@@ -391,7 +395,7 @@ class Sanitizer:
         dynamic_literals = tuple(x for x in dynamic_literals if x and x in joined)
         _, literals = self._text_rules(None, dynamic_literals, (), names)
         allowed = [info[p] for p in paths]
-        return names, self._touched(texts, allowed, literals, joined, b, hits, lengths), hits
+        return names, self._touched(texts, allowed, literals, joined, b, hits, lengths, invisible), hits
 
     def _touched(
         self,
@@ -402,11 +406,14 @@ class Sanitizer:
         b: bytes | None = None,
         hits: list[int] | None = None,
         lengths: list[int] | None = None,
+        invisible: bool | None = None,
     ) -> list[int]:
         """Indices of the strings a raw match of a rule that applies to them touches (``allowed[i]``:
         the set rules that apply to ``texts[i]``, None for all; confirmers not run), or that hold
         invisible characters: a superset of those :meth:`_sanitize_string` would change. After a
-        string is marked the scan resumes at the next string's start."""
+        string is marked the scan resumes at the next string's start. ``lengths`` (the texts' UTF-8
+        lengths) and ``invisible`` (whether ``joined`` holds invisible characters) spare the work
+        when the caller knows them."""
         if joined is None:
             joined = "\n".join(texts)
         if b is None:
@@ -417,7 +424,7 @@ class Sanitizer:
         else:
             if lengths is None:  # the texts' byte lengths, unless the caller has them
                 lengths = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
-            if has_invisible(joined):
+            if has_invisible(joined) if invisible is None else invisible:
                 need.update(i for i, t in enumerate(texts) if has_invisible(t))
         starts = [0, *accumulate(n + 1 for n in lengths)]
         starts.pop()

@@ -588,7 +588,7 @@ class RuleSets:
     corpus). So the literal-led rules share one set, and the others (each awake almost everywhere) are
     spread over ``SHAPE_SETS`` sets in rule order. Which set a rule is in changes only the speed."""
 
-    def __init__(self, entries: list[tuple[CompiledRule, str]]):
+    def __init__(self, entries: list[tuple[CompiledRule, str]], marker: str | None = None):
         groups: list[list[int]] = [[] for _ in range(SHAPE_SETS + 1)]
         k = 0
         for i, (cr, _pat) in enumerate(entries):
@@ -597,6 +597,12 @@ class RuleSets:
             else:
                 groups[1 + k % SHAPE_SETS].append(i)
                 k += 1
+        # the marker (index -1) joins a set that is scanned anyway: a character class adds next to
+        # nothing to its DFA
+        first = next((g for g in groups if g), None)
+        self.marker = marker if first is not None else None
+        if self.marker is not None:
+            first.append(-1)
         self.parts: list[tuple[Callable[[bytes], list[int] | None], list[int]]] = []
         for idx in groups:
             if not idx:
@@ -604,30 +610,42 @@ class RuleSets:
             s = re2.Set.SearchSet(_OPTIONS)
             for i in idx:
                 try:
-                    s.Add(entries[i][1])
+                    s.Add(entries[i][1] if i >= 0 else marker)
                 except re2.error as exc:
-                    raise RuleError(entries[i][0].id, f"RE2 set rejected the pattern: {exc}") from None
+                    rid = entries[i][0].id if i >= 0 else "engine.marker"
+                    raise RuleError(rid, f"RE2 set rejected the pattern: {exc}") from None
             s.Compile()
             raw = getattr(s, "_set", None)  # the binding's set itself: no wrapper call per string
             self.parts.append((raw.Match if raw is not None else s.Match, idx))
 
     def Match(self, b: bytes) -> list[int]:  # noqa: N802 (the re2.Set spelling)
+        return self.scan(b)[0]
+
+    def scan(self, b: bytes) -> tuple[list[int], bool]:
+        """``(indices of the patterns that match, whether the marker pattern matches)``."""
         out: list[int] = []
         for match, idx in self.parts:
             hits = match(b)
             if hits:
                 out.extend([idx[h] for h in hits])
-        return out
+        if self.marker is not None and -1 in out:
+            out.remove(-1)
+            return out, True
+        return out, False
 
 
 class Engine:
     """Text-level matching for a fixed list of compiled rules (regex and block kinds in the set)."""
 
-    def __init__(self, rules: Sequence[CompiledRule], placeholders: Sequence[str] = ()):
+    def __init__(
+        self, rules: Sequence[CompiledRule], placeholders: Sequence[str] = (), marker: str | None = None
+    ):
         self.rules = list(rules)
         self.placeholders = tuple(p.encode() for p in placeholders)
         self.set_rules = [cr for cr in self.rules if cr.set_pattern is not None]
-        self.set = self._build_set([(cr, cr.set_pattern) for cr in self.set_rules])
+        # ``marker``: a pattern the rule set's pass also answers for (:meth:`scan`), no rule
+        entries = [(cr, cr.set_pattern) for cr in self.set_rules]
+        self.set = RuleSets(entries, marker) if entries else None
         # Raw-line pre-filter: rules for every field scan the whole JSON line; rules limited to some
         # fields are grouped by their field list and scan only the strings under those fields.
         self.line_set = self._build_set(
@@ -658,6 +676,12 @@ class Engine:
         if self.set is None:
             return []
         return self.set.Match(b)
+
+    def scan(self, b: bytes) -> tuple[list[int], bool | None]:
+        """``(hits, whether the marker matches)`` from one set pass; None: not known (no marker)."""
+        if self.set is None or self.set.marker is None:
+            return self.hits(b), None
+        return self.set.scan(b)
 
     def candidates(
         self,
