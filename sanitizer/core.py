@@ -308,13 +308,17 @@ class Sanitizer:
         nothing is found. The strings are scanned joined by newlines (the load-time contract: a
         pattern matches alone as inside the join); only those a raw match touches are sanitized."""
         allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
-        touched = self._touched(texts, [allowed] * len(texts), literals)
+        joined = "\n".join(texts)
+        b = joined.encode("utf-8", "surrogatepass")
+        hits, invisible = self._engine.scan(b)
+        touched = self._touched(texts, [allowed] * len(texts), literals, joined, b, hits, None, invisible)
         if not touched:
             return None
         out: list[tuple[str, list[Finding], bool]] = [(t, [], False) for t in texts]
         found = False
         for i in touched:
-            new, fnd, drops = self._sanitize_string(texts[i], allowed, literals, path or "", context)
+            # the join's hits hold each string's: its first pass needs no set scan of its own
+            new, fnd, drops = self._sanitize_string(texts[i], allowed, literals, path or "", context, hits)
             if fnd:
                 out[i] = (new, fnd, bool(drops))
                 found = True
