@@ -37,7 +37,7 @@ from sanitizer.engine import (
     apply_spans,
     block_spans,
     confirmed_spans,
-    literal_matcher,
+    literal_finder,
     literal_regex,
     resolve,
 )
@@ -451,7 +451,7 @@ class Sanitizer:
                         need.add(i)
             scans = []
         # literal rules first: a name or an id that occurs marks its text, which no rule scans again
-        scans[:0] = [(lr.match, -1) for lr in literals]
+        scans[:0] = [(lr.match_in(b), -1) for lr in literals]
         n = len(b)
         last_text = len(starts) - 1
         for match, h in scans:
@@ -879,21 +879,21 @@ def _strings_at(record: dict, dotted: str) -> list[str]:
 @functools.lru_cache(maxsize=1024)
 def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
     """The hidden-identifier rule for one workflow's identifiers (made once per list)."""
-    match = literal_matcher(literals)
-    return (
-        None
-        if match is None
-        else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, None, literals, match)
-    )
+    finder = literal_finder(literals)
+    rx = None if finder is not None else literal_regex(literals)
+    if finder is None and rx is None:
+        return None
+    return LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx, literals, finder)
 
 
 @functools.lru_cache(maxsize=1024)
 def _name_rule(names: tuple[str, ...], cr: CompiledRule) -> LiteralRule | None:
     """The person names of one example as a literal rule acting like the name rule itself."""
-    match = literal_matcher(names)
-    if match is None:
+    finder = literal_finder(names)
+    rx = None if finder is not None else literal_regex(names)
+    if finder is None and rx is None:
         return None
-    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, None, names, match)
+    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx, names, finder)
     lr.action, lr.pseudo = cr.action, cr.pseudo
     return lr
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -250,6 +250,7 @@ class LiteralRule:
         "pseudo",
         "texts",
         "finds",
+        "finder",
     )
 
     def __init__(
@@ -260,7 +261,7 @@ class LiteralRule:
         order: int,
         regex: re2._Regexp | None,
         texts: tuple[str, ...] = (),
-        match: Callable[[bytes, int, int], list | None] | None = None,
+        finder: LiteralFinder | None = None,
     ):
         self.id = rule_id
         self.action = REDACT
@@ -268,13 +269,14 @@ class LiteralRule:
         self.order = order
         self.placeholder = placeholder.encode()
         self._regex = regex
-        self.match = match if match is not None else matcher(regex)
+        self.finder = finder
+        self.match = finder.match if finder is not None else matcher(regex)
         self.group = 0
         self.check = None
         self.kind = "literal"
         self.pseudo = None
         self.texts = texts  # the literals: where none occurs, the regex cannot match
-        self.finds = match is not None  # its match is substring finds: a substring pre-test repeats it
+        self.finds = finder is not None  # its match is substring finds: a substring pre-test repeats it
 
     @property
     def regex(self) -> re2._Regexp:
@@ -283,6 +285,10 @@ class LiteralRule:
         if self._regex is None:
             self._regex = literal_regex(self.texts)
         return self._regex
+
+    def match_in(self, b: bytes) -> Callable[[bytes, int, int], list | None]:
+        """``match`` for several calls on ``b`` (a finder searches each literal once)."""
+        return self.match if self.finder is None else self.finder.on(b)
 
     def absent_from(self, text: str) -> bool:
         """True when no literal occurs in ``text`` (a substring test instead of a regex scan)."""
@@ -330,23 +336,23 @@ LITERAL_FIND_MAX = 8  # more literals than this: one RE2 alternation beats a fin
 _WORD_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 
 
-def literal_matcher(literals: tuple[str, ...]) -> Callable[[bytes, int, int], list | None] | None:
-    """A ``match`` (see :func:`matcher`) for :func:`literal_regex`'s alternation made of
-    ``bytes.find`` calls, for a few literals seen once (an example's names, a workflow's hidden ids):
-    compiling an RE2 program per example costs more than the scans. Same result: the leftmost start
-    wins, at one start the first literal in the alternation's order (longest first), and a literal
-    with a word-character end needs a non-word byte (or the text's end) beside it there (``\\b``)."""
-    lits = sorted({x for x in literals if x}, key=lambda t: (-len(t), t))
-    if not lits:
-        return None
-    if len(lits) > LITERAL_FIND_MAX:
-        return matcher(literal_regex(tuple(literals)))
-    table = [(x.encode("utf-8", "surrogatepass"), _is_word(x[0]), _is_word(x[-1])) for x in lits]
-    word = _WORD_BYTES
+class LiteralFinder:
+    """:func:`literal_regex`'s alternation made of ``bytes.find`` calls, for a few literals seen once
+    (an example's names, a workflow's hidden ids): compiling an RE2 program per example costs more
+    than the scans. Same result: the leftmost start wins, at one start the first literal in the
+    alternation's order (longest first), and a literal with a word-character end needs a non-word
+    byte (or the text's end) beside it there (``\\b``)."""
 
-    def match(b: bytes, pos: int, n: int) -> list | None:
+    __slots__ = ("table",)
+
+    def __init__(self, lits: list[str]):
+        self.table = [(x.encode("utf-8", "surrogatepass"), _is_word(x[0]), _is_word(x[-1])) for x in lits]
+
+    def match(self, b: bytes, pos: int, n: int) -> list | None:
+        """The leftmost match at or after ``pos`` ending by ``n`` (see :func:`matcher`)."""
         best_s = best_e = -1
-        for lit, word_start, word_end in table:
+        word = _WORD_BYTES
+        for lit, word_start, word_end in self.table:
             s = b.find(lit, pos, n)
             while s >= 0 and (best_s < 0 or s < best_s):
                 e = s + len(lit)
@@ -358,7 +364,45 @@ def literal_matcher(literals: tuple[str, ...]) -> Callable[[bytes, int, int], li
                 s = b.find(lit, s + 1, n)
         return None if best_s < 0 else [(best_s, best_e)]
 
-    return match
+    def occurrences(self, b: bytes) -> list[tuple[int, int, int]]:
+        """Every occurrence that passes its boundary test, as ``(start, order, end)``, sorted."""
+        out = []
+        word = _WORD_BYTES
+        for order, (lit, word_start, word_end) in enumerate(self.table):
+            s = b.find(lit)
+            while s >= 0:
+                e = s + len(lit)
+                if not (word_start and s and b[s - 1] in word) and not (
+                    word_end and e < len(b) and b[e] in word
+                ):
+                    out.append((s, order, e))
+                s = b.find(lit, s + 1)
+        out.sort()
+        return out
+
+    def on(self, b: bytes) -> Callable[[bytes, int, int], list | None]:
+        """A ``match`` for repeated calls on ``b``: each literal is searched once, not once per call
+        (a literal absent from ``b`` would otherwise cost a scan of the rest of it every call)."""
+        occ = self.occurrences(b)
+        starts = [o[0] for o in occ]
+        whole = len(b)
+
+        def match(text: bytes, pos: int, n: int) -> list | None:
+            if text is not b or n != whole:
+                return self.match(text, pos, n)
+            i = bisect_left(starts, pos)
+            return None if i == len(occ) else [(occ[i][0], occ[i][2])]
+
+        return match
+
+
+def literal_finder(literals: tuple[str, ...]) -> LiteralFinder | None:
+    """A :class:`LiteralFinder` for these literals; None for none, or for more than
+    ``LITERAL_FIND_MAX`` (one RE2 alternation then scans faster than a find per literal)."""
+    lits = sorted({x for x in literals if x}, key=lambda t: (-len(t), t))
+    if not lits or len(lits) > LITERAL_FIND_MAX:
+        return None
+    return LiteralFinder(lits)
 
 
 _UNANCHORED = re2._Anchor.UNANCHORED
@@ -712,7 +756,7 @@ class Engine:
                     dest.append((s, e, cr))
         placeholders = self.placeholders
         for lr in literals:
-            for s, e in iter_spans(lr.match, 0, b):
+            for s, e in iter_spans(lr.match_in(b), 0, b):
                 seg = b[s:e]
                 # Text that already holds a redaction is not a new quote: a source and a writer string
                 # redacted alike would otherwise match on the second pass.

@@ -3,7 +3,7 @@
 import random
 
 from sanitizer.core import _hidden_rule
-from sanitizer.engine import LITERAL_FIND_MAX, iter_spans, literal_matcher, literal_regex, matcher
+from sanitizer.engine import LITERAL_FIND_MAX, iter_spans, literal_finder, literal_regex, matcher
 
 ALPHABET = ["a", "b", "A", "_", "1", " ", "-", ".", "é", "—", "\n", "ab", "Ab", "V-1"]
 
@@ -21,25 +21,34 @@ def test_same_match_as_the_alternation_from_every_position():
     rng = random.Random(11)
     for _ in range(3000):
         lits, text = _random_case(rng, LITERAL_FIND_MAX)
-        found, reference = literal_matcher(lits), matcher(literal_regex(lits))
+        finder, reference = literal_finder(lits), matcher(literal_regex(lits))
+        bound = finder.on(text)
         for pos in range(len(text) + 1):
             ref = reference(text, pos, len(text))
-            assert found(text, pos, len(text)) == (None if ref is None else [ref[0]]), (lits, text, pos)
+            want = None if ref is None else [ref[0]]
+            assert finder.match(text, pos, len(text)) == want, (lits, text, pos)
+            assert bound(text, pos, len(text)) == want, (lits, text, pos)
+            end = len(text) - 1
+            if pos <= end:  # a shorter window: the bound matcher falls back to the finds
+                ref = reference(text, pos, end)
+                assert bound(text, pos, end) == (None if ref is None else [ref[0]])
 
 
-def test_same_spans_with_many_literals():
-    rng = random.Random(12)
-    for _ in range(300):
-        lits, text = _random_case(rng, 3 * LITERAL_FIND_MAX)
-        want = list(iter_spans(matcher(literal_regex(lits)), 0, text))
-        assert list(iter_spans(literal_matcher(lits), 0, text)) == want
+def test_more_literals_than_the_finder_takes_use_the_alternation():
+    lits = tuple(f"lit{i}" for i in range(LITERAL_FIND_MAX + 1))
+    assert literal_finder(lits) is None
+    assert literal_finder(("", "")) is None
+    lr = _hidden_rule(lits)
+    assert not lr.finds
+    assert list(iter_spans(lr.match_in(b"x lit3 lit10"), 0, b"x lit3 lit10")) == [(2, 6)]
 
 
 def test_word_boundaries_and_longest_first():
-    match = literal_matcher(("V-118", "V-1180", "ab"))
+    finder = literal_finder(("V-118", "V-1180", "ab"))
     b = b"xV-118 V-1180 V-118_ ab-ab cab"
-    assert list(iter_spans(match, 0, b)) == [(7, 13), (21, 23), (24, 26)]
-    assert literal_matcher(("", "")) is None
+    want = [(7, 13), (21, 23), (24, 26)]
+    assert list(iter_spans(finder.match, 0, b)) == want
+    assert list(iter_spans(finder.on(b), 0, b)) == want
 
 
 def test_hidden_rule_compiles_its_regex_only_when_asked():
