@@ -363,15 +363,22 @@ class Sanitizer:
         the same surrogate."""
         return self._names_in("\n".join(texts).encode("utf-8", "surrogatepass"))
 
-    def _names_in(self, joined: bytes, hits: Sequence[int] | None = None) -> tuple[str, ...]:
+    def _names_in(
+        self,
+        joined: bytes,
+        hits: Sequence[int] | None = None,
+        seen: dict[int, list[tuple[int, int]]] | None = None,
+    ) -> tuple[str, ...]:
         """Names in texts joined by newlines (a name never spans a newline, and the patterns match
         alone as inside the join, checked at load: the names of each text alone). ``hits``: the
-        set's hits on ``joined``, when known; a name rule not among them is not run."""
+        set's hits on ``joined``, when known; a name rule not among them is not run. ``seen`` gets,
+        by set-rule index, the raw matches each name rule's search met (see :func:`confirmed_spans`)."""
         found: set[str] = set()
         for i, cr in self._name_rules:
             if hits is not None and i not in hits:
                 continue
-            for s, e in confirmed_spans(cr, joined):
+            raw = None if seen is None else seen.setdefault(i, [])
+            for s, e in confirmed_spans(cr, joined, None, raw):
                 name = drop_title(joined[s:e].decode("utf-8", "surrogatepass"))
                 if name:
                     found.add(name)
@@ -392,14 +399,16 @@ class Sanitizer:
             parts = [t.encode("utf-8", "surrogatepass") for t in texts]
             b, lengths = b"\n".join(parts), [len(x) for x in parts]
         hits, invisible = self._engine.scan(b)
-        names = self._names_in(b, hits) if hits else ()
+        seen: dict[int, list[tuple[int, int]]] = {}
+        names = self._names_in(b, hits, seen) if hits else ()
         info = {p: self._path_info(None, _concrete_to_npath(p)).allowed for p in set(paths)}
         # a literal rule matches only where its text occurs: the absent ones are left out (a
         # substring test is ten times faster than the alternation with its word boundaries)
         dynamic_literals = tuple(x for x in dynamic_literals if x and x in joined)
         _, literals = self._text_rules(None, dynamic_literals, (), names)
         allowed = [info[p] for p in paths]
-        return names, self._touched(texts, allowed, literals, joined, b, hits, lengths, invisible), hits
+        touched = self._touched(texts, allowed, literals, joined, b, hits, lengths, invisible, seen)
+        return names, touched, hits
 
     def _touched(
         self,
@@ -411,13 +420,15 @@ class Sanitizer:
         hits: list[int] | None = None,
         lengths: list[int] | None = None,
         invisible: bool | None = None,
+        seen: dict[int, list[tuple[int, int]]] | None = None,
     ) -> list[int]:
         """Indices of the strings a raw match of a rule that applies to them touches (``allowed[i]``:
         the set rules that apply to ``texts[i]``, None for all; confirmers not run), or that hold
         invisible characters: a superset of those :meth:`_sanitize_string` would change. After a
         string is marked the scan resumes at the next string's start. ``lengths`` (the texts' UTF-8
         lengths) and ``invisible`` (whether ``joined`` holds invisible characters) spare the work
-        when the caller knows them."""
+        when the caller knows them; ``seen`` (set-rule index: the raw matches a full search of
+        ``b`` met) replaces that rule's scan: a text one of them overlaps is marked."""
         if joined is None:
             joined = "\n".join(texts)
         if b is None:
@@ -437,6 +448,9 @@ class Sanitizer:
         scans: list[tuple[Any, int]] = []  # (match, set-rule index; -1 for a literal rule)
         for h in engine.hits(b) if hits is None else hits:
             if None not in kinds and not any(h in a for a in kinds):
+                continue
+            if seen is not None and h in seen:  # searched already: every match overlaps one seen
+                _mark_overlapped(need, seen[h], starts, allowed, h)
                 continue
             cr = engine.set_rules[h]
             scans.append((cr.match, h))
@@ -833,6 +847,24 @@ class Sanitizer:
                 if n and n != sum(x.count(lit) for x in enc):
                     return False
         return True
+
+
+def _mark_overlapped(
+    need: set[int],
+    spans: list[tuple[int, int]],
+    starts: list[int],
+    allowed: Sequence[frozenset[int] | None],
+    h: int,
+) -> None:
+    """Add to ``need`` the texts (starting at ``starts`` in their join) that a span overlaps and
+    where set rule ``h`` applies (an empty span marks the text it sits in)."""
+    for s0, e0 in spans:
+        first = bisect_right(starts, s0) - 1
+        last = bisect_right(starts, max(e0 - 1, s0)) - 1
+        for i in range(first, last + 1):
+            a = allowed[i]
+            if a is None or h in a:
+                need.add(i)
 
 
 _INVISIBLE_UTF8 = tuple(c.encode() for c in INVISIBLE_CHARS)

@@ -453,12 +453,17 @@ def iter_spans(match: Callable, group: int, b: bytes) -> Iterator[tuple[int, int
 
 
 def confirmed_spans(
-    cr: CompiledRule, b: bytes, protect: list[tuple[int, int]] | None = None
+    cr: CompiledRule,
+    b: bytes,
+    protect: list[tuple[int, int]] | None = None,
+    seen: list[tuple[int, int]] | None = None,
 ) -> Iterator[tuple[int, int]]:
     """Spans of a regex rule that pass its confirmer and allowlist and are not its own placeholder.
 
     A confirmer may narrow a candidate to the real item inside it; the search then resumes right
-    after that item, so a second item glued to the first is still found."""
+    after that item, so a second item glued to the first is still found. ``seen`` collects the
+    whole span of every raw match the search met, confirmed or not: each match of the pattern
+    overlaps one of them (the search resumes inside or at the end of the match it met)."""
     pos = 0
     n = len(b)
     match, group, check, ph = cr.match, cr.group, cr.check, cr.placeholder
@@ -470,6 +475,8 @@ def confirmed_spans(
         spans = match(b, pos, n)
         if spans is None:
             return
+        if seen is not None:
+            seen.append(spans[0])
         s, e = spans[group]
         if s < 0:
             s, e = spans[0]
