@@ -37,6 +37,7 @@ from sanitizer.engine import (
     apply_spans,
     block_spans,
     confirmed_spans,
+    literal_finder,
     literal_regex,
     resolve,
 )
@@ -52,6 +53,7 @@ INVISIBLE_RULE = "normalize.invisible_chars"
 # (AKIA\u200b...) is found whole. They carry no meaning in ledger text.
 INVISIBLE_CHARS = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u2061\u2062\u2063\u2064"
 _INVISIBLE = dict.fromkeys(map(ord, INVISIBLE_CHARS))
+INVISIBLE_PATTERN = "[" + "".join(f"\\x{{{ord(c):04x}}}" for c in INVISIBLE_CHARS) + "]"
 
 
 def has_invisible(text: str) -> bool:
@@ -125,7 +127,10 @@ class Sanitizer:
         self._placeholders = sorted(
             {r.placeholder for r in self.rules if r.placeholder} | {HIDDEN_ID_PLACEHOLDER}
         )
-        self._engine = Engine([c for c in compiled if c.kind != "quote"], self._placeholders)
+        # the rule set's pass also tells whether a text holds invisible characters
+        self._engine = Engine(
+            [c for c in compiled if c.kind != "quote"], self._placeholders, marker=INVISIBLE_PATTERN
+        )
         self._quote_rules = [c for c in compiled if c.kind == "quote"]
         self._b64_inner = [c for c in self._engine.set_rules if c.rule.validate != "base64_secret"]
         for c in compiled:
@@ -303,13 +308,17 @@ class Sanitizer:
         nothing is found. The strings are scanned joined by newlines (the load-time contract: a
         pattern matches alone as inside the join); only those a raw match touches are sanitized."""
         allowed, literals = self._text_rules(path, dynamic_literals, quote_literals, names)
-        touched = self._touched(texts, [allowed] * len(texts), literals)
+        joined = "\n".join(texts)
+        b = joined.encode("utf-8", "surrogatepass")
+        hits, invisible = self._engine.scan(b)
+        touched = self._touched(texts, [allowed] * len(texts), literals, joined, b, hits, None, invisible)
         if not touched:
             return None
         out: list[tuple[str, list[Finding], bool]] = [(t, [], False) for t in texts]
         found = False
         for i in touched:
-            new, fnd, drops = self._sanitize_string(texts[i], allowed, literals, path or "", context)
+            # the join's hits hold each string's: its first pass needs no set scan of its own
+            new, fnd, drops = self._sanitize_string(texts[i], allowed, literals, path or "", context, hits)
             if fnd:
                 out[i] = (new, fnd, bool(drops))
                 found = True
@@ -333,7 +342,7 @@ class Sanitizer:
         if dyn is not None:
             literals.append(dyn)
         quote_literals = tuple(quote_literals)
-        for qi in quote_ix:
+        for qi in quote_ix if quote_literals else ():  # no source strings: no quote rule
             lr = self._quote_literal_rule(qi, quote_literals)
             if lr is not None:
                 literals.append(lr)
@@ -354,15 +363,22 @@ class Sanitizer:
         the same surrogate."""
         return self._names_in("\n".join(texts).encode("utf-8", "surrogatepass"))
 
-    def _names_in(self, joined: bytes, hits: Sequence[int] | None = None) -> tuple[str, ...]:
+    def _names_in(
+        self,
+        joined: bytes,
+        hits: Sequence[int] | None = None,
+        seen: dict[int, list[tuple[int, int]]] | None = None,
+    ) -> tuple[str, ...]:
         """Names in texts joined by newlines (a name never spans a newline, and the patterns match
         alone as inside the join, checked at load: the names of each text alone). ``hits``: the
-        set's hits on ``joined``, when known; a name rule not among them is not run."""
+        set's hits on ``joined``, when known; a name rule not among them is not run. ``seen`` gets,
+        by set-rule index, the raw matches each name rule's search met (see :func:`confirmed_spans`)."""
         found: set[str] = set()
         for i, cr in self._name_rules:
             if hits is not None and i not in hits:
                 continue
-            for s, e in confirmed_spans(cr, joined):
+            raw = None if seen is None else seen.setdefault(i, [])
+            for s, e in confirmed_spans(cr, joined, None, raw):
                 name = drop_title(joined[s:e].decode("utf-8", "surrogatepass"))
                 if name:
                     found.add(name)
@@ -377,15 +393,22 @@ class Sanitizer:
         may change (a superset: the others need no scan of their own), and the set's hits (a
         superset of each turn's, for ``may_hit``)."""
         joined = "\n".join(texts)
-        b = joined.encode("utf-8", "surrogatepass")
-        hits = self._engine.hits(b)
-        names = self._names_in(b, hits) if hits else ()
+        if joined.isascii():
+            b, lengths = joined.encode(), None
+        else:  # each turn encoded once: the join of the bytes, and each turn's byte length
+            parts = [t.encode("utf-8", "surrogatepass") for t in texts]
+            b, lengths = b"\n".join(parts), [len(x) for x in parts]
+        hits, invisible = self._engine.scan(b)
+        seen: dict[int, list[tuple[int, int]]] = {}
+        names = self._names_in(b, hits, seen) if hits else ()
         info = {p: self._path_info(None, _concrete_to_npath(p)).allowed for p in set(paths)}
         # a literal rule matches only where its text occurs: the absent ones are left out (a
         # substring test is ten times faster than the alternation with its word boundaries)
         dynamic_literals = tuple(x for x in dynamic_literals if x and x in joined)
         _, literals = self._text_rules(None, dynamic_literals, (), names)
-        return names, self._touched(texts, [info[p] for p in paths], literals, joined, b, hits), hits
+        allowed = [info[p] for p in paths]
+        touched = self._touched(texts, allowed, literals, joined, b, hits, lengths, invisible, seen)
+        return names, touched, hits
 
     def _touched(
         self,
@@ -395,11 +418,17 @@ class Sanitizer:
         joined: str | None = None,
         b: bytes | None = None,
         hits: list[int] | None = None,
+        lengths: list[int] | None = None,
+        invisible: bool | None = None,
+        seen: dict[int, list[tuple[int, int]]] | None = None,
     ) -> list[int]:
         """Indices of the strings a raw match of a rule that applies to them touches (``allowed[i]``:
         the set rules that apply to ``texts[i]``, None for all; confirmers not run), or that hold
         invisible characters: a superset of those :meth:`_sanitize_string` would change. After a
-        string is marked the scan resumes at the next string's start."""
+        string is marked the scan resumes at the next string's start. ``lengths`` (the texts' UTF-8
+        lengths) and ``invisible`` (whether ``joined`` holds invisible characters) spare the work
+        when the caller knows them; ``seen`` (set-rule index: the raw matches a full search of
+        ``b`` met) replaces that rule's scan: a text one of them overlaps is marked."""
         if joined is None:
             joined = "\n".join(texts)
         if b is None:
@@ -408,8 +437,9 @@ class Sanitizer:
         if joined.isascii():
             lengths = map(len, texts)
         else:
-            lengths = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
-            if has_invisible(joined):
+            if lengths is None:  # the texts' byte lengths, unless the caller has them
+                lengths = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
+            if has_invisible(joined) if invisible is None else invisible:
                 need.update(i for i, t in enumerate(texts) if has_invisible(t))
         starts = [0, *accumulate(n + 1 for n in lengths)]
         starts.pop()
@@ -418,6 +448,9 @@ class Sanitizer:
         scans: list[tuple[Any, int]] = []  # (match, set-rule index; -1 for a literal rule)
         for h in engine.hits(b) if hits is None else hits:
             if None not in kinds and not any(h in a for a in kinds):
+                continue
+            if seen is not None and h in seen:  # searched already: every match overlaps one seen
+                _mark_overlapped(need, seen[h], starts, allowed, h)
                 continue
             cr = engine.set_rules[h]
             scans.append((cr.match, h))
@@ -432,7 +465,7 @@ class Sanitizer:
                         need.add(i)
             scans = []
         # literal rules first: a name or an id that occurs marks its text, which no rule scans again
-        scans[:0] = [(lr.match, -1) for lr in literals]
+        scans[:0] = [(lr.match_in(b), -1) for lr in literals]
         n = len(b)
         last_text = len(starts) - 1
         for match, h in scans:
@@ -521,7 +554,7 @@ class Sanitizer:
             may_hit = None  # the scanned text still held them
         for _ in range(self.max_passes):
             b = text.encode("utf-8", "surrogatepass")
-            active = [lr for lr in literals if not lr.absent_from(text)] if literals else literals
+            active = [lr for lr in literals if lr.finds or not lr.absent_from(text)] if literals else literals
             cands, drop_spans = engine.candidates(b, allowed, active, may_hit)
             may_hit = None  # a changed text is scanned afresh
             if not cands and not drop_spans:
@@ -816,6 +849,24 @@ class Sanitizer:
         return True
 
 
+def _mark_overlapped(
+    need: set[int],
+    spans: list[tuple[int, int]],
+    starts: list[int],
+    allowed: Sequence[frozenset[int] | None],
+    h: int,
+) -> None:
+    """Add to ``need`` the texts (starting at ``starts`` in their join) that a span overlaps and
+    where set rule ``h`` applies (an empty span marks the text it sits in)."""
+    for s0, e0 in spans:
+        first = bisect_right(starts, s0) - 1
+        last = bisect_right(starts, max(e0 - 1, s0)) - 1
+        for i in range(first, last + 1):
+            a = allowed[i]
+            if a is None or h in a:
+                need.add(i)
+
+
 _INVISIBLE_UTF8 = tuple(c.encode() for c in INVISIBLE_CHARS)
 _SIMPLE_ESCAPES = ((b"\\n", b"\n"), (b"\\t", b"\t"), (b"\\r", b"\r"), (b"\\/", b"/"))
 
@@ -860,21 +911,21 @@ def _strings_at(record: dict, dotted: str) -> list[str]:
 @functools.lru_cache(maxsize=1024)
 def _hidden_rule(literals: tuple[str, ...]) -> LiteralRule | None:
     """The hidden-identifier rule for one workflow's identifiers (made once per list)."""
-    rx = literal_regex(literals)
-    return (
-        None
-        if rx is None
-        else LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx, literals)
-    )
+    finder = literal_finder(literals)
+    rx = None if finder is not None else literal_regex(literals)
+    if finder is None and rx is None:
+        return None
+    return LiteralRule(HIDDEN_ID_RULE, HIDDEN_ID_PLACEHOLDER, HIDDEN_ID_PRIORITY, -1, rx, literals, finder)
 
 
 @functools.lru_cache(maxsize=1024)
 def _name_rule(names: tuple[str, ...], cr: CompiledRule) -> LiteralRule | None:
     """The person names of one example as a literal rule acting like the name rule itself."""
-    rx = literal_regex(names)
-    if rx is None:
+    finder = literal_finder(names)
+    rx = None if finder is not None else literal_regex(names)
+    if finder is None and rx is None:
         return None
-    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx, names)
+    lr = LiteralRule(cr.id, cr.rule.placeholder or "", cr.priority, cr.order, rx, names, finder)
     lr.action, lr.pseudo = cr.action, cr.pseudo
     return lr
 

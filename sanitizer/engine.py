@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -242,13 +242,15 @@ class LiteralRule:
         "priority",
         "order",
         "placeholder",
-        "regex",
+        "_regex",
         "match",
         "group",
         "check",
         "kind",
         "pseudo",
         "texts",
+        "finds",
+        "finder",
     )
 
     def __init__(
@@ -257,21 +259,36 @@ class LiteralRule:
         placeholder: str,
         priority: int,
         order: int,
-        regex: re2._Regexp,
+        regex: re2._Regexp | None,
         texts: tuple[str, ...] = (),
+        finder: LiteralFinder | None = None,
     ):
         self.id = rule_id
         self.action = REDACT
         self.priority = priority
         self.order = order
         self.placeholder = placeholder.encode()
-        self.regex = regex
-        self.match = matcher(regex)
+        self._regex = regex
+        self.finder = finder
+        self.match = finder.match if finder is not None else matcher(regex)
         self.group = 0
         self.check = None
         self.kind = "literal"
         self.pseudo = None
         self.texts = texts  # the literals: where none occurs, the regex cannot match
+        self.finds = finder is not None  # its match is substring finds: a substring pre-test repeats it
+
+    @property
+    def regex(self) -> re2._Regexp:
+        """The literals' RE2 alternation, compiled on first use when the rule was made with a
+        ``match`` of its own (a record pre-filter scans a join with it)."""
+        if self._regex is None:
+            self._regex = literal_regex(self.texts)
+        return self._regex
+
+    def match_in(self, b: bytes) -> Callable[[bytes, int, int], list | None]:
+        """``match`` for several calls on ``b`` (a finder searches each literal once)."""
+        return self.match if self.finder is None else self.finder.on(b)
 
     def absent_from(self, text: str) -> bool:
         """True when no literal occurs in ``text`` (a substring test instead of a regex scan)."""
@@ -313,6 +330,79 @@ def literal_regex(literals: tuple[str, ...]) -> re2._Regexp | None:
     if not parts:
         return None
     return compile_re2("|".join(parts))
+
+
+LITERAL_FIND_MAX = 8  # more literals than this: one RE2 alternation beats a find per literal
+_WORD_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+
+
+class LiteralFinder:
+    """:func:`literal_regex`'s alternation made of ``bytes.find`` calls, for a few literals seen once
+    (an example's names, a workflow's hidden ids): compiling an RE2 program per example costs more
+    than the scans. Same result: the leftmost start wins, at one start the first literal in the
+    alternation's order (longest first), and a literal with a word-character end needs a non-word
+    byte (or the text's end) beside it there (``\\b``)."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, lits: list[str]):
+        self.table = [(x.encode("utf-8", "surrogatepass"), _is_word(x[0]), _is_word(x[-1])) for x in lits]
+
+    def match(self, b: bytes, pos: int, n: int) -> list | None:
+        """The leftmost match at or after ``pos`` ending by ``n`` (see :func:`matcher`)."""
+        best_s = best_e = -1
+        word = _WORD_BYTES
+        for lit, word_start, word_end in self.table:
+            s = b.find(lit, pos, n)
+            while s >= 0 and (best_s < 0 or s < best_s):
+                e = s + len(lit)
+                if not (word_start and s and b[s - 1] in word) and not (
+                    word_end and e < len(b) and b[e] in word
+                ):
+                    best_s, best_e = s, e
+                    break
+                s = b.find(lit, s + 1, n)
+        return None if best_s < 0 else [(best_s, best_e)]
+
+    def occurrences(self, b: bytes) -> list[tuple[int, int, int]]:
+        """Every occurrence that passes its boundary test, as ``(start, order, end)``, sorted."""
+        out = []
+        word = _WORD_BYTES
+        for order, (lit, word_start, word_end) in enumerate(self.table):
+            s = b.find(lit)
+            while s >= 0:
+                e = s + len(lit)
+                if not (word_start and s and b[s - 1] in word) and not (
+                    word_end and e < len(b) and b[e] in word
+                ):
+                    out.append((s, order, e))
+                s = b.find(lit, s + 1)
+        out.sort()
+        return out
+
+    def on(self, b: bytes) -> Callable[[bytes, int, int], list | None]:
+        """A ``match`` for repeated calls on ``b``: each literal is searched once, not once per call
+        (a literal absent from ``b`` would otherwise cost a scan of the rest of it every call)."""
+        occ = self.occurrences(b)
+        starts = [o[0] for o in occ]
+        whole = len(b)
+
+        def match(text: bytes, pos: int, n: int) -> list | None:
+            if text is not b or n != whole:
+                return self.match(text, pos, n)
+            i = bisect_left(starts, pos)
+            return None if i == len(occ) else [(occ[i][0], occ[i][2])]
+
+        return match
+
+
+def literal_finder(literals: tuple[str, ...]) -> LiteralFinder | None:
+    """A :class:`LiteralFinder` for these literals; None for none, or for more than
+    ``LITERAL_FIND_MAX`` (one RE2 alternation then scans faster than a find per literal)."""
+    lits = sorted({x for x in literals if x}, key=lambda t: (-len(t), t))
+    if not lits or len(lits) > LITERAL_FIND_MAX:
+        return None
+    return LiteralFinder(lits)
 
 
 _UNANCHORED = re2._Anchor.UNANCHORED
@@ -363,12 +453,17 @@ def iter_spans(match: Callable, group: int, b: bytes) -> Iterator[tuple[int, int
 
 
 def confirmed_spans(
-    cr: CompiledRule, b: bytes, protect: list[tuple[int, int]] | None = None
+    cr: CompiledRule,
+    b: bytes,
+    protect: list[tuple[int, int]] | None = None,
+    seen: list[tuple[int, int]] | None = None,
 ) -> Iterator[tuple[int, int]]:
     """Spans of a regex rule that pass its confirmer and allowlist and are not its own placeholder.
 
     A confirmer may narrow a candidate to the real item inside it; the search then resumes right
-    after that item, so a second item glued to the first is still found."""
+    after that item, so a second item glued to the first is still found. ``seen`` collects the
+    whole span of every raw match the search met, confirmed or not: each match of the pattern
+    overlaps one of them (the search resumes inside or at the end of the match it met)."""
     pos = 0
     n = len(b)
     match, group, check, ph = cr.match, cr.group, cr.check, cr.placeholder
@@ -380,6 +475,8 @@ def confirmed_spans(
         spans = match(b, pos, n)
         if spans is None:
             return
+        if seen is not None:
+            seen.append(spans[0])
         s, e = spans[group]
         if s < 0:
             s, e = spans[0]
@@ -542,7 +639,7 @@ class RuleSets:
     corpus). So the literal-led rules share one set, and the others (each awake almost everywhere) are
     spread over ``SHAPE_SETS`` sets in rule order. Which set a rule is in changes only the speed."""
 
-    def __init__(self, entries: list[tuple[CompiledRule, str]]):
+    def __init__(self, entries: list[tuple[CompiledRule, str]], marker: str | None = None):
         groups: list[list[int]] = [[] for _ in range(SHAPE_SETS + 1)]
         k = 0
         for i, (cr, _pat) in enumerate(entries):
@@ -551,6 +648,12 @@ class RuleSets:
             else:
                 groups[1 + k % SHAPE_SETS].append(i)
                 k += 1
+        # the marker (index -1) joins a set that is scanned anyway: a character class adds next to
+        # nothing to its DFA
+        first = next((g for g in groups if g), None)
+        self.marker = marker if first is not None else None
+        if self.marker is not None:
+            first.append(-1)
         self.parts: list[tuple[Callable[[bytes], list[int] | None], list[int]]] = []
         for idx in groups:
             if not idx:
@@ -558,30 +661,42 @@ class RuleSets:
             s = re2.Set.SearchSet(_OPTIONS)
             for i in idx:
                 try:
-                    s.Add(entries[i][1])
+                    s.Add(entries[i][1] if i >= 0 else marker)
                 except re2.error as exc:
-                    raise RuleError(entries[i][0].id, f"RE2 set rejected the pattern: {exc}") from None
+                    rid = entries[i][0].id if i >= 0 else "engine.marker"
+                    raise RuleError(rid, f"RE2 set rejected the pattern: {exc}") from None
             s.Compile()
             raw = getattr(s, "_set", None)  # the binding's set itself: no wrapper call per string
             self.parts.append((raw.Match if raw is not None else s.Match, idx))
 
     def Match(self, b: bytes) -> list[int]:  # noqa: N802 (the re2.Set spelling)
+        return self.scan(b)[0]
+
+    def scan(self, b: bytes) -> tuple[list[int], bool]:
+        """``(indices of the patterns that match, whether the marker pattern matches)``."""
         out: list[int] = []
         for match, idx in self.parts:
             hits = match(b)
             if hits:
                 out.extend([idx[h] for h in hits])
-        return out
+        if self.marker is not None and -1 in out:
+            out.remove(-1)
+            return out, True
+        return out, False
 
 
 class Engine:
     """Text-level matching for a fixed list of compiled rules (regex and block kinds in the set)."""
 
-    def __init__(self, rules: Sequence[CompiledRule], placeholders: Sequence[str] = ()):
+    def __init__(
+        self, rules: Sequence[CompiledRule], placeholders: Sequence[str] = (), marker: str | None = None
+    ):
         self.rules = list(rules)
         self.placeholders = tuple(p.encode() for p in placeholders)
         self.set_rules = [cr for cr in self.rules if cr.set_pattern is not None]
-        self.set = self._build_set([(cr, cr.set_pattern) for cr in self.set_rules])
+        # ``marker``: a pattern the rule set's pass also answers for (:meth:`scan`), no rule
+        entries = [(cr, cr.set_pattern) for cr in self.set_rules]
+        self.set = RuleSets(entries, marker) if entries else None
         # Raw-line pre-filter: rules for every field scan the whole JSON line; rules limited to some
         # fields are grouped by their field list and scan only the strings under those fields.
         self.line_set = self._build_set(
@@ -613,6 +728,12 @@ class Engine:
             return []
         return self.set.Match(b)
 
+    def scan(self, b: bytes) -> tuple[list[int], bool | None]:
+        """``(hits, whether the marker matches)`` from one set pass; None: not known (no marker)."""
+        if self.set is None or self.set.marker is None:
+            return self.hits(b), None
+        return self.set.scan(b)
+
     def candidates(
         self,
         b: bytes,
@@ -642,7 +763,7 @@ class Engine:
                     dest.append((s, e, cr))
         placeholders = self.placeholders
         for lr in literals:
-            for s, e in iter_spans(lr.match, 0, b):
+            for s, e in iter_spans(lr.match_in(b), 0, b):
                 seg = b[s:e]
                 # Text that already holds a redaction is not a new quote: a source and a writer string
                 # redacted alike would otherwise match on the second pass.
