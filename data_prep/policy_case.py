@@ -34,7 +34,7 @@ from data_prep.oracle import (
     is_scope,
     parse_time,
 )
-from data_prep.records import LineError, RecordError, iter_jsonl
+from data_prep.records import LineError, RecordError, iter_records
 
 CASE_SCHEMA = "policy-case/v1"
 CASE_FIELDS = (
@@ -51,13 +51,9 @@ CASE_FIELDS = (
     "provenance",
     "metadata",
 )
-DIMENSIONS = (
-    "amount",
-    "time",
-    "category",
-    "vendor",
-    "grantee",
-    "action",
+# the dimensions of a spend/access request (the synthetic policy families vary exactly these)
+REQUEST_DIMENSIONS = ("amount", "time", "category", "vendor", "grantee", "action")
+DIMENSIONS = REQUEST_DIMENSIONS + (
     # scope requests (EAL-Bench's cybersecurity domain)
     "tenant",
     "incident",
@@ -528,14 +524,7 @@ def probe_problems(case: dict) -> list[str]:
 
 def iter_policy_case_file(path: str | Path) -> Iterator[tuple[int, dict | LineError]]:
     """Yield ``(line, case | LineError)`` for each case in a ``policy-case/v1`` JSONL file."""
-    for lineno, value in iter_jsonl(path):
-        if isinstance(value, LineError):
-            yield lineno, value
-            continue
-        try:
-            yield lineno, validate_policy_case(value)
-        except RecordError as exc:
-            yield lineno, LineError(str(path), lineno, exc.field, exc.problem)
+    return iter_records(path, validate_policy_case)
 
 
 def load_schema() -> dict:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from data_prep.canonical import StrictJSONError, dumps_canonical, loads_strict
 from data_prep.inputs import InputError, open_regular, os_problem
@@ -31,6 +31,7 @@ SABOTAGE_TYPES = (
 )
 VERDICT_LABELS = ("clean", "discrepancy", "incident", "not_evaluable")
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "ledger-run-v1.schema.json"
+T = TypeVar("T")
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a run is kilobytes; a longer line is refused unread
 
 
@@ -72,7 +73,13 @@ def _no_extra(obj: dict, allowed: tuple[str, ...], where: str) -> None:
             raise RecordError(f"{where}.{key}", "unknown field")
 
 
-_CALL_KEYS = frozenset(("call_id", "tool", "arguments", "status", "result"))
+CALL_FIELDS = ("call_id", "tool", "arguments", "status", "result")
+_CALL_KEYS = frozenset(CALL_FIELDS)
+
+
+def pick(obj: Any, names: tuple[str, ...]) -> dict:
+    """``{name: obj.name}`` in the order given: a record's JSON face from its typed fields."""
+    return {name: getattr(obj, name) for name in names}
 
 
 @dataclass(slots=True)
@@ -100,7 +107,7 @@ class Call:
             return cls(d["call_id"], d["tool"], d["arguments"], d["status"], d.get("result"))
         if not isinstance(d, dict):
             raise RecordError(where, "expected object")
-        _no_extra(d, ("call_id", "tool", "arguments", "status", "result"), where)
+        _no_extra(d, CALL_FIELDS, where)
         status = _req(d, "status", str, where)
         if status not in CALL_STATUSES:
             raise RecordError(f"{where}.status", f"must be one of {'|'.join(CALL_STATUSES)}, got {status!r}")
@@ -329,31 +336,13 @@ class Run:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (shares nested values with the record: copy before mutating)."""
-        return {
-            "schema": self.schema,
-            "run_id": self.run_id,
-            "workflow_id": self.workflow_id,
-            "family": self.family,
-            "domain": self.domain,
-            "task": self.task,
-            "trajectory": [
-                {
-                    "call_id": c.call_id,
-                    "tool": c.tool,
-                    "arguments": c.arguments,
-                    "status": c.status,
-                    "result": c.result,
-                }
-                for c in self.trajectory
-            ],
-            "env_ledger": self.env_ledger,
-            "model_ledger": self.model_ledger,
-            "labels": asdict(self.labels),
-            "teacher": None if self.teacher is None else asdict(self.teacher),
-            "provenance": self.provenance,
-            "metadata": self.metadata,
-            **({} if self.seal is None else {"seal": self.seal}),
-        }
+        out = pick(self, RUN_FIELDS)  # key order is RUN_FIELDS'; the nested records are replaced below
+        out["trajectory"] = [pick(c, CALL_FIELDS) for c in self.trajectory]
+        out["labels"] = asdict(self.labels)
+        out["teacher"] = None if self.teacher is None else asdict(self.teacher)
+        if self.seal is None:
+            del out["seal"]
+        return out
 
 
 def _check_seal_shape(seal: Any, where: str) -> None:
@@ -633,16 +622,22 @@ def iter_jsonl(
             yield lineno, value
 
 
-def iter_runs(path: str | Path) -> Iterator[tuple[int, Run | LineError]]:
-    """Yield ``(line, Run | LineError)`` for each run in a JSONL file."""
+def iter_records(path: str | Path, parse: Callable[[Any], T]) -> Iterator[tuple[int, T | LineError]]:
+    """Yield ``(line, parse(value) | LineError)`` for each line of a JSONL file; ``parse`` raises
+    RecordError, which becomes a LineError naming the file, line and field."""
     for lineno, value in iter_jsonl(path):
         if isinstance(value, LineError):
             yield lineno, value
             continue
         try:
-            yield lineno, Run.from_dict(value)
+            yield lineno, parse(value)
         except RecordError as exc:
             yield lineno, LineError(str(path), lineno, exc.field, exc.problem)
+
+
+def iter_runs(path: str | Path) -> Iterator[tuple[int, Run | LineError]]:
+    """Yield ``(line, Run | LineError)`` for each run in a JSONL file."""
+    return iter_records(path, Run.from_dict)
 
 
 def write_jsonl(path: str | Path, records: list[dict] | Iterator[dict]) -> int:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.assemble import assemble_run
+from data_prep.assemble import assemble_run, clean_labels
 from data_prep.importers.common import (
     IMPORTER_VERSION,
     LOG_TOOL,
@@ -145,7 +145,7 @@ def convert(row: Any, source: str, line: int) -> tuple[dict, str]:
         tools=tools,
         calls=calls,
         model_ledger=entries,
-        labels={"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []},
+        labels=clean_labels(),
         teacher={"writer_model": "reference-trace", "reader_model": None, "verdict": None},
         provenance={
             "source": "workflow-v2",

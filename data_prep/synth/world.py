@@ -23,6 +23,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from data_prep.records import pick
+
 REJECT_CODES = ("permission_denied", "invalid_argument", "policy_block")
 FAIL_CODES = ("not_found", "conflict", "unavailable")
 
@@ -168,15 +170,8 @@ class Executed:
     error_message: str | None = None
 
     def as_call(self) -> dict:
-        return {
-            "seq": self.seq,
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "status": self.status,
-            "policy_class": self.policy_class,
-            "result": self.result,
-        }
+        """The call as ``assemble_run`` takes it."""
+        return pick(self, ("seq", "call_id", "tool", "arguments", "status", "policy_class", "result"))
 
 
 class Family:

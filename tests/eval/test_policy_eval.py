@@ -10,7 +10,7 @@ import yaml
 
 from data_prep.importer import main as importer_main
 from data_prep.oracle import gold_memory_from_events
-from data_prep.policy_case import iter_policy_case_file
+from data_prep.policy_case import REQUEST_DIMENSIONS, iter_policy_case_file
 from data_prep.sft.render import memory_answer, policy_history_text
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.memory_score import check_memory, score_memory
@@ -63,14 +63,7 @@ def test_rules_executor_baselines(cases_file, cases_list, tmp_path):
     assert none["authorized_use"]["value"] == 0.0 and not none["calibrated"]
     assert s["memory"]["no_memory"]["errors"]["missing_record"]["cases"]["value"] == 1.0
     assert s["conditions"]["teacher_memory"] is not None
-    assert set(s["conditions"]["writer"]["per_dimension"]) <= {
-        "amount",
-        "time",
-        "category",
-        "vendor",
-        "grantee",
-        "action",
-    }
+    assert set(s["conditions"]["writer"]["per_dimension"]) <= set(REQUEST_DIMENSIONS)
     it = _items(out)[0]
     w = it["conditions"]["writer"]
     assert w["memory_status"] == "valid" and w["memory_digest"].startswith("sha256:")
