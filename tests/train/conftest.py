@@ -332,3 +332,14 @@ def make_lora_checkpoint(
 def lora_checkpoint():
     """``make_lora_checkpoint``, for tests (this module cannot be imported by name)."""
     return make_lora_checkpoint
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny attention shapes: one thread avoids OpenMP barrier stalls on a shared 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -14,13 +14,7 @@ import train.attention as attention
 from train.attention import hf as attention_hf
 from train.attention import reference_attention, resolve_precision
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(impl: str) -> Gemma3ForCausalLM:

@@ -26,13 +26,7 @@ GRAD_TOL = 1e-4  # max |diff| / max |grad|, per LoRA tensor
 IMPLS = ["blockwise_fp32_global", "blockwise_fp32"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny shapes: one thread avoids OpenMP barrier stalls on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(impl: str) -> Gemma3TextConfig:
