@@ -13,7 +13,7 @@ from tqdm import tqdm
 from data_prep.canonical import StrictJSONError, loads_strict
 from data_prep.importers.yaml_lines import LazyLines, json_error_line
 from data_prep.reconcile import expected_label, reconcile
-from data_prep.records import CALL_STATUSES, RecordError, Run
+from data_prep.records import CALL_STATUSES, LineError, RecordError, Run
 from data_prep.synth.corpus import MANIFEST_SCHEMA, CaseStats, RunStats
 from data_prep.synth.output import (
     CASE_DIR,
@@ -46,6 +46,11 @@ class Rejected:
 
     def __str__(self) -> str:
         return f"{self.source}:{self.line}: {self.field}: {self.problem}"
+
+    @classmethod
+    def of(cls, err: LineError) -> Rejected:
+        """A line the JSONL reader (or a record check) refused."""
+        return cls(err.path, err.line, err.field, err.problem)
 
     def to_dict(self) -> dict:
         return {"source": self.source, "line": self.line, "field": self.field, "problem": self.problem}

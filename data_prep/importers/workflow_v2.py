@@ -311,7 +311,7 @@ def iter_items(paths: list[Path]) -> Iterator[Item]:
     for path in paths:
         for lineno, value in iter_jsonl(path):
             if isinstance(value, LineError):
-                yield Rejected(str(path), value.line, value.field, value.problem)
+                yield Rejected.of(value)
                 continue
             try:
                 run, gold = convert(value, str(path), lineno)

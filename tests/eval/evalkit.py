@@ -4,7 +4,13 @@ by conftest.py): a small hand-built run corpus, synthetic policy cases and scrip
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from runfactory import calls, run_dict
 
@@ -91,3 +97,26 @@ def default_responder(msgs: list[dict], task: str, adapter: bool) -> str:
     if task == "writer_memory":
         return '{"records": []}'
     return '{"decision": "decline"}'
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_serve(
+    model: Path, log: Path, *flags: str, timeout: float = 120, env: dict | None = None
+) -> tuple[subprocess.Popen, str]:
+    """eval/serve.py on a free port, one thread; returns the process and its URL once it serves."""
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **(env or {})}
+    argv = [sys.executable, "eval/serve.py", "--model", str(model), "--port", "0", "--threads", "1", *flags]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith("serving "):
+                return proc, line.split(" at ", 1)[1].strip()
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -18,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from evalkit import start_serve
 
 from eval.chat_model import Generation, PromptTooLong
 from eval.chat_server import ChatServer
@@ -150,25 +148,6 @@ def _train_fixtures():
     return mod
 
 
-def _start_server(base: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "eval/serve.py", "--model", str(base), "--port", "0", "--threads", "1"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
-    )  # fmt: skip
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("serving "):
-                return proc, line.split(" at ", 1)[1].strip()
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
-
-
 def _posts(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("POST /v1/chat/completions"))
 
@@ -223,7 +202,7 @@ def test_serve_tiny_then_collect_build_and_rerun_without_requests(tiny_base, tmp
     decoding.write_text("max_tokens: {writer_action: 8, reader_verdict: 8, writer_memory: 12}\n")
 
     log = tmp_path / "serve.log"
-    proc, url = _start_server(base, log)
+    proc, url = start_serve(base, log)
     try:
         status, models = _call(url + "/models")
         name = models["data"][0]["id"]

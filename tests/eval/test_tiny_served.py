@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import select
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from evalkit import start_serve
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -43,26 +40,6 @@ def tiny_base(tmp_path_factory) -> Path:
     return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", cfg)
 
 
-def _start_server(base: Path, ckpt: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "eval/serve.py", "--model", str(base), "--port", "0", "--threads", "1",
-         "--served-model-name", "base", "--lora-modules", f"writer={ckpt}"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
-    )  # fmt: skip
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("serving "):
-                return proc, line.split(" at ", 1)[1].strip()
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
-
-
 def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, cases_file):
     from eval.generation import DecodingConfig, TransformersBackend
     from eval.openai_backend import EndpointSettings, OpenAIBackend
@@ -80,7 +57,13 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
         )  # fmt: skip
 
     local = run_policy(cfg("local"), writer=TransformersBackend(ckpt, decoding), decoding=decoding)
-    proc, url = _start_server(tiny_base, ckpt, tmp_path / "serve.log")
+    proc, url = start_serve(
+        tiny_base,
+        tmp_path / "serve.log",
+        *("--served-model-name", "base", "--lora-modules", f"writer={ckpt}"),
+        timeout=180,
+        env={"PYTHONPATH": str(REPO)},
+    )
     try:
         served = OpenAIBackend(
             EndpointSettings(endpoint=url, model="writer", base_model="base", concurrency=2), decoding
