@@ -499,54 +499,8 @@ def tiles_report(args) -> None:
              for feats in (False, True) for arch in ((86, 89) if feats else (86,))]  # fmt: skip
     rows = []
     for kind, D, prec, arch, feats in jobs:
-        ladder = ti.default_configs(kind, D, prec)
-        row = None
-        for rank, (bm, bn, warps, stages) in enumerate(ladder):
-            try:
-                r = ti.compile_offline(kind, D, prec, bm, bn, warps, stages, arch=arch, all_features=feats)
-            except Exception as err:  # noqa: BLE001
-                row = (
-                    kind,
-                    D,
-                    prec,
-                    arch,
-                    feats,
-                    bm,
-                    bn,
-                    warps,
-                    stages,
-                    "",
-                    f"compile error: {str(err)[:100]}",
-                )
-                break
-            if r["fits"]:
-                row = (
-                    kind,
-                    D,
-                    prec,
-                    arch,
-                    feats,
-                    bm,
-                    bn,
-                    warps,
-                    stages,
-                    r["shared"],
-                    f"fits (ladder entry {rank + 1})",
-                )
-                break
-            row = (
-                kind,
-                D,
-                prec,
-                arch,
-                feats,
-                bm,
-                bn,
-                warps,
-                stages,
-                r["shared"],
-                "nothing in the ladder fits",
-            )
+        fit = _first_fit(ti, kind, D, prec, arch, feats)
+        row = (kind, D, prec, arch, feats, *fit) if fit else None
         rows.append(row)
         print(row, flush=True)
     out = Path(args.out) / f"attention-{args.tag}-cpu-sm86-sm89-tiles.md"
@@ -565,6 +519,21 @@ def tiles_report(args) -> None:
     lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
+
+
+def _first_fit(ti, kind: str, D: int, prec: str, arch: int, feats: bool) -> tuple | None:
+    """``(block_m, block_n, warps, stages, shared, verdict)`` of the first ladder entry that compiles
+    and fits, else of the first that fails to compile or of the last one tried."""
+    tail = None
+    for rank, (bm, bn, warps, stages) in enumerate(ti.default_configs(kind, D, prec)):
+        try:
+            r = ti.compile_offline(kind, D, prec, bm, bn, warps, stages, arch=arch, all_features=feats)
+        except Exception as err:  # noqa: BLE001
+            return (bm, bn, warps, stages, "", f"compile error: {str(err)[:100]}")
+        if r["fits"]:
+            return (bm, bn, warps, stages, r["shared"], f"fits (ladder entry {rank + 1})")
+        tail = (bm, bn, warps, stages, r["shared"], "nothing in the ladder fits")
+    return tail
 
 
 def main(argv=None) -> None:

@@ -17,21 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_settings import TEST_TINY as TINY
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = {
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "sliding_window": 64,
-    "pretrain_steps": 20,
-    "pretrain_batch_size": 4,
-    "pretrain_seq_len": 128,
-}
 ENV = {
     **os.environ,
     "HF_HUB_OFFLINE": "1",

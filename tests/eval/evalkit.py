@@ -3,6 +3,7 @@ by conftest.py): a small hand-built run corpus, synthetic policy cases and scrip
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -102,6 +103,13 @@ def default_responder(msgs: list[dict], task: str, adapter: bool) -> str:
 REPO = Path(__file__).resolve().parents[2]
 
 
+def scripted_config(cls: type, out: Path, **fields):
+    """An evaluation config for scripted backends: quick bootstrap, small chunks, no progress bar, and
+    no base-model rows (the writer-mechanics tests count adapter calls; base rows have tests of their own)."""
+    base = dict(limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4, base_writer=False)
+    return cls(**{**base, **fields})
+
+
 def start_serve(
     model: Path, log: Path, *flags: str, timeout: float = 120, env: dict | None = None
 ) -> tuple[subprocess.Popen, str]:
@@ -120,3 +128,11 @@ def start_serve(
             break
     proc.kill()
     raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
+
+
+def train_fixtures():
+    """The train tests' SFT fixture and tiny settings (tests/train/conftest.py), loaded by path."""
+    spec = importlib.util.spec_from_file_location("lw_train_fixtures", REPO / "tests" / "train" / "conftest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from evalkit import scripted_config
 
 from data_prep.importer import main as importer_main
 from data_prep.oracle import gold_memory_from_events
@@ -19,12 +20,7 @@ from eval.sources import load_cases
 
 
 def _cfg(cases, out, **kw):
-    base = dict(
-        cases=str(cases), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4,
-        base_writer=False,  # the writer-mechanics tests count adapter calls; base rows have tests of their own
-    )
-    base.update(kw)
-    return PolicyConfig(**base)
+    return scripted_config(PolicyConfig, out, cases=str(cases), **kw)
 
 
 def _items(out):

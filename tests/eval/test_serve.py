@@ -4,7 +4,6 @@ the collection without a single new request."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from evalkit import start_serve
+from evalkit import start_serve, train_fixtures
 
 from eval.chat_model import Generation, PromptTooLong
 from eval.chat_server import ChatServer
@@ -138,16 +137,6 @@ def test_the_teacher_client_talks_to_it(stub_server):
 
 
 # ---- end to end on the tiny default ---------------------------------------------------------------------
-def _train_fixtures():
-    """The train tests' SFT fixture and tiny settings (tests/train/conftest.py), loaded by path."""
-    spec = importlib.util.spec_from_file_location(
-        "lw_train_fixtures", REPO / "tests" / "train" / "conftest.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _posts(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("POST /v1/chat/completions"))
 
@@ -157,7 +146,7 @@ def tiny_base(tmp_path_factory) -> Path:
     from train.config import TinyBaseConfig
     from train.tiny import ensure_tiny_base
 
-    fx = _train_fixtures()
+    fx = train_fixtures()
     root = tmp_path_factory.mktemp("serve-tiny")
     return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", TinyBaseConfig(**fx.TEST_TINY))
 

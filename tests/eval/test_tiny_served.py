@@ -5,26 +5,16 @@ tests/train/test_export.py.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from evalkit import start_serve
+from evalkit import start_serve, train_fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def _train_fixtures():
-    spec = importlib.util.spec_from_file_location(
-        "lw_train_fixtures_x", REPO / "tests" / "train" / "conftest.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +22,7 @@ def tiny_base(tmp_path_factory) -> Path:
     from train.config import TinyBaseConfig
     from train.tiny import ensure_tiny_base
 
-    fx = _train_fixtures()
+    fx = train_fixtures()
     root = tmp_path_factory.mktemp("tiny")
     # without the copy circuit: its raised output gain makes a 20-step base end every turn at once, and
     # these tests compare the text two backends generate, which must not be empty
@@ -45,7 +35,7 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
     from eval.openai_backend import EndpointSettings, OpenAIBackend
     from eval.policy_eval import PolicyConfig, run_policy
 
-    ckpt = _train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
+    ckpt = train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
     decoding = DecodingConfig(
         guard=False, threads=1, max_new_tokens={"writer_memory": 24, "reader_policy": 6}, batch_size=4
     )
