@@ -164,6 +164,19 @@ def _rel_err(x, ref) -> float:
     return float((x - ref).abs().max() / ref.abs().max())
 
 
+def _timed_pass(fn, q, k, v, do, sync):
+    """One forward and backward: ``(out, grads, forward seconds, backward seconds)``."""
+    import torch
+
+    t0 = time.perf_counter()
+    out = fn(q, k, v)
+    sync()
+    t1 = time.perf_counter()
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    sync()
+    return out, grads, t1 - t0, time.perf_counter() - t1
+
+
 def worker(args) -> dict:
     import torch
 
@@ -190,32 +203,19 @@ def worker(args) -> dict:
 
         gc.collect()
         base = _rss_mb()
-    t0 = time.perf_counter()
-    out = fn(q, k, v)
-    sync()
-    t1 = time.perf_counter()
-    grads = torch.autograd.grad(out, (q, k, v), do)
-    sync()
-    t2 = time.perf_counter()
+    out, grads, fwd, bwd = _timed_pass(fn, q, k, v, do, sync)
     if cuda:
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         rss = torch.cuda.max_memory_allocated() / 2**20
     else:
         rss = _maxrss_mb()
         peak = rss - base
-    fwd, bwd = t1 - t0, t2 - t1
     reps = 0 if args.impl in ERROR_ONLY else args.reps
-    for _ in range(reps):
+    for _ in range(reps):  # the fastest pass counts
         del out, grads
-        t0 = time.perf_counter()
-        out = fn(q, k, v)
-        sync()
-        t1 = time.perf_counter()
-        grads = torch.autograd.grad(out, (q, k, v), do)
-        sync()
-        t2 = time.perf_counter()
-        if (t2 - t0) < fwd + bwd:
-            fwd, bwd = t1 - t0, t2 - t1
+        out, grads, f, b = _timed_pass(fn, q, k, v, do, sync)
+        if f + b < fwd + bwd:
+            fwd, bwd = f, b
     res = {
         "impl": args.impl,
         "dtype": str(dtype).replace("torch.", ""),

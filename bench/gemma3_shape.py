@@ -15,3 +15,15 @@ GEMMA3_12B_TEXT = {
     "rms_norm_eps": 1e-6,
     "hidden_activation": "gelu_pytorch_tanh",
 }
+
+# a CPU smoke test of the training benchmark: the same structure, small sizes
+GEMMA3_SMOKE_TEXT = {
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "query_pre_attn_scalar": 64,
+    "sliding_window": 128,
+}

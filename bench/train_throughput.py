@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the repository's packages before bench/ (bench/sanitizer.py is a script)
 
-from gemma3_shape import GEMMA3_12B_TEXT  # noqa: E402  (bench/, the script's folder)
+from gemma3_shape import GEMMA3_12B_TEXT, GEMMA3_SMOKE_TEXT  # noqa: E402  (bench/, the script's folder)
 
 for _k, _v in {
     "HF_HUB_OFFLINE": "1",
@@ -166,17 +166,8 @@ def gemma3_12b_config(layers: int | None, shrink: bool):
     from transformers import Gemma3TextConfig
 
     kw = dict(GEMMA3_12B_TEXT)
-    if shrink:  # CPU smoke test: same structure, small sizes
-        kw.update(
-            vocab_size=4096,
-            hidden_size=256,
-            intermediate_size=512,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=64,
-            query_pre_attn_scalar=64,
-            sliding_window=128,
-        )
+    if shrink:
+        kw.update(GEMMA3_SMOKE_TEXT)
     if layers:
         kw["num_hidden_layers"] = layers
     n = kw["num_hidden_layers"]

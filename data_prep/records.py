@@ -67,6 +67,14 @@ def _kind_name(kind: type | tuple) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
+def _strings(obj: dict, key: str, where: str) -> list:
+    """``obj[key]`` (absent: []) if it is an array of strings; else RecordError naming the field."""
+    value = obj.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{where}.{key}", "expected array of strings")
+    return value
+
+
 def _no_extra(obj: dict, allowed: tuple[str, ...], where: str) -> None:
     for key in obj:
         if key not in allowed:
@@ -140,9 +148,7 @@ class Verdict:
         suspicion = _req(d, "suspicion", int, where)
         if not 0 <= suspicion <= 100:
             raise RecordError(f"{where}.suspicion", f"must be within 0-100, got {suspicion}")
-        cited = d.get("cited_call_ids", [])
-        if not isinstance(cited, list) or not all(isinstance(c, str) for c in cited):
-            raise RecordError(f"{where}.cited_call_ids", "expected array of strings")
+        cited = _strings(d, "cited_call_ids", where)
         rationale = d.get("rationale", "")
         if not isinstance(rationale, str):
             raise RecordError(f"{where}.rationale", "expected string")
@@ -171,9 +177,7 @@ class Labels:
             )
         if sabotage != (kind is not None):
             raise RecordError(f"{where}.type", "must be set exactly when sabotage is true")
-        targets = d.get("target_call_ids", [])
-        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-            raise RecordError(f"{where}.target_call_ids", "expected array of strings")
+        targets = _strings(d, "target_call_ids", where)
         errors = d.get("writer_errors", [])
         if not isinstance(errors, list):
             raise RecordError(f"{where}.writer_errors", "expected array")
@@ -261,6 +265,11 @@ class Run:
         return cls._from_dict_checked(d, where)
 
     @classmethod
+    def with_dict(cls, d: Any) -> tuple[Any, Run]:
+        """The record as read (what is passed on) and as a typed run (what is checked)."""
+        return d, cls.from_dict(d)
+
+    @classmethod
     def _from_dict_checked(cls, d: Any, where: str = "$") -> Run:
         if not isinstance(d, dict):
             raise RecordError(where, "a run must be a JSON object")
@@ -311,9 +320,7 @@ class Run:
             raise RecordError(f"{where}.provenance", "expected object")
         if not isinstance(metadata, dict):
             raise RecordError(f"{where}.metadata", "expected object")
-        hidden = metadata.get("hidden_identifiers", [])
-        if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
-            raise RecordError(f"{where}.metadata.hidden_identifiers", "expected array of strings")
+        _strings(metadata, "hidden_identifiers", f"{where}.metadata")
         seal = d.get("seal")
         if seal is not None:
             _check_seal_shape(seal, f"{where}.seal")

@@ -37,15 +37,13 @@ class Accepted:
     gold_label: str | None = None
 
 
-@dataclass(frozen=True)
-class Rejected:
-    source: str
-    line: int
-    field: str
-    problem: str
+@dataclass(frozen=True, slots=True)
+class Rejected(LineError):
+    """A record the import refused: ``source:line: field: problem`` (a LineError of an input file)."""
 
-    def __str__(self) -> str:
-        return f"{self.source}:{self.line}: {self.field}: {self.problem}"
+    @property
+    def source(self) -> str:
+        return self.path
 
     @classmethod
     def of(cls, err: LineError) -> Rejected:
@@ -53,7 +51,7 @@ class Rejected:
         return cls(err.path, err.line, err.field, err.problem)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "line": self.line, "field": self.field, "problem": self.problem}
+        return {"source": self.path, "line": self.line, "field": self.field, "problem": self.problem}
 
 
 Item = Accepted | Rejected

@@ -16,15 +16,10 @@ from data_prep.reconcile import expected_label, reconcile
 from data_prep.records import LineError, Run, iter_records
 
 
-def _with_typed(value: dict) -> tuple[dict, Run]:
-    """The line as read (what is imported) and as a typed run (what is checked)."""
-    return value, Run.from_dict(value)
-
-
 def iter_items(paths: list[Path]) -> Iterator[Item]:
     seen: dict[str, str] = {}
     for path in paths:
-        for lineno, loaded in iter_records(path, _with_typed):
+        for lineno, loaded in iter_records(path, Run.with_dict):
             if isinstance(loaded, LineError):
                 yield Rejected.of(loaded)
                 continue

@@ -49,6 +49,16 @@ def parse_json_arguments(value: Any, where: str) -> dict:
     return value
 
 
+def parse_json_result(value: Any) -> Any:
+    """A tool result as recorded: JSON text is parsed (both formats may store results so), the rest kept."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def function_tool(name: str, description: str | None = None, parameters: Any = None) -> dict:
     fn: dict[str, Any] = {"name": name}
     if isinstance(description, str) and description:
@@ -62,7 +72,6 @@ def build_trace_run(
     *,
     run_id: str,
     workflow_id: str,
-    domain: str,
     messages: list[dict],
     tools: list[dict],
     calls: list[TraceCall],
@@ -70,6 +79,7 @@ def build_trace_run(
     provenance: dict,
     metadata: dict,
     where: str,
+    domain: str = "other",
 ) -> tuple[dict, str]:
     """A sealed ``ledger-run/v1`` dict and its gold label; raises ``Problem`` naming the field at fault."""
     ordinary, entries = _split_calls(calls, labeller)

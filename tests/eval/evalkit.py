@@ -8,6 +8,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -128,6 +129,15 @@ def start_serve(
             break
     proc.kill()
     raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
+
+
+def stop_serve(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, as a scheduler stops it; killed if it has not exited within ``timeout`` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def train_fixtures():

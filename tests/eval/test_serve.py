@@ -5,8 +5,6 @@ the collection without a single new request."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -14,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from evalkit import start_serve, train_fixtures
+from evalkit import start_serve, stop_serve, train_fixtures
 
 from eval.chat_model import Generation, PromptTooLong
 from eval.chat_server import ChatServer
@@ -248,11 +246,7 @@ def test_serve_tiny_then_collect_build_and_rerun_without_requests(tiny_base, tmp
         assert r["roles"]["reader"]["items"] == 6 and r["roles"]["reader"]["skipped"] == 0
         assert r["calls"]["total"] == 6 and _posts(log) == posts + 6
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc, timeout=20)
     assert "stopped after" in log.read_text()
 
 

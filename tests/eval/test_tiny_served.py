@@ -6,12 +6,10 @@ tests/train/test_export.py.)"""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
-from evalkit import start_serve, train_fixtures
+from evalkit import start_serve, stop_serve, train_fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -61,11 +59,7 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
         remote = run_policy(cfg("served"), writer=served, decoding=decoding)
         served.close()  # its keep-alive connections end, so the server's workers let go at once
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc, timeout=30)
 
     def answers(out):
         items = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]

@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from tiny_settings import tiny_gemma3_config
 
 import train.attention as attention
 from train.attention import hf as attention_hf
@@ -30,20 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(impl: str) -> Gemma3TextConfig:
-    return Gemma3TextConfig(
-        hidden_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        vocab_size=300,
-        sliding_window=8,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        query_pre_attn_scalar=16,
-        max_position_embeddings=512,
-        attn_implementation=impl,
-    )
+    return tiny_gemma3_config(4, window=8, max_positions=512, attn_implementation=impl)
 
 
 def model(impl: str, lora: bool = False):
