@@ -107,7 +107,9 @@ REPO = Path(__file__).resolve().parents[2]
 def scripted_config(cls: type, out: Path, **fields):
     """An evaluation config for scripted backends: quick bootstrap, small chunks, no progress bar, and
     no base-model rows (the writer-mechanics tests count adapter calls; base rows have tests of their own)."""
-    base = dict(limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4, base_writer=False)
+    base = dict(
+        limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4, base_writer=False
+    )
     return cls(**{**base, **fields})
 
 
@@ -142,7 +144,9 @@ def stop_serve(proc: subprocess.Popen, timeout: float) -> None:
 
 def train_fixtures():
     """The train tests' SFT fixture and tiny settings (tests/train/conftest.py), loaded by path."""
-    spec = importlib.util.spec_from_file_location("lw_train_fixtures", REPO / "tests" / "train" / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "lw_train_fixtures", REPO / "tests" / "train" / "conftest.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -242,8 +242,6 @@ def make_sft_fixture(
     return root
 
 
-
-
 def tiny_flags() -> list[str]:
     out = []
     for k, v in TEST_TINY.items():

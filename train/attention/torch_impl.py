@@ -278,7 +278,9 @@ def attention_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=No
     return dq, dk, dv
 
 
-BlockwiseAttentionFunction = attention_function(attention_forward, attention_backward, "BlockwiseAttentionFunction")
+BlockwiseAttentionFunction = attention_function(
+    attention_forward, attention_backward, "BlockwiseAttentionFunction"
+)
 
 
 def blockwise_attention_torch(q, k, v, p: Problem, kpm=None, amask=None, block=None):
