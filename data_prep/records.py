@@ -75,6 +75,13 @@ def _strings(obj: dict, key: str, where: str) -> list:
     return value
 
 
+def _only(d: Any, allowed: tuple[str, ...], where: str) -> None:
+    """``d`` is an object with no fields but ``allowed``; else RecordError naming the first problem."""
+    if not isinstance(d, dict):
+        raise RecordError(where, "expected object")
+    _no_extra(d, allowed, where)
+
+
 def _no_extra(obj: dict, allowed: tuple[str, ...], where: str) -> None:
     for key in obj:
         if key not in allowed:
@@ -113,9 +120,7 @@ class Call:
             and d["tool"]
         ):
             return cls(d["call_id"], d["tool"], d["arguments"], d["status"], d.get("result"))
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, CALL_FIELDS, where)
+        _only(d, CALL_FIELDS, where)
         status = _req(d, "status", str, where)
         if status not in CALL_STATUSES:
             raise RecordError(f"{where}.status", f"must be one of {'|'.join(CALL_STATUSES)}, got {status!r}")
@@ -139,9 +144,7 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Verdict:
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("label", "suspicion", "cited_call_ids", "rationale"), where)
+        _only(d, ("label", "suspicion", "cited_call_ids", "rationale"), where)
         label = _req(d, "label", str, where)
         if label not in VERDICT_LABELS:
             raise RecordError(f"{where}.label", f"must be one of {'|'.join(VERDICT_LABELS)}, got {label!r}")
@@ -166,9 +169,7 @@ class Labels:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Labels:
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("sabotage", "type", "target_call_ids", "writer_errors"), where)
+        _only(d, ("sabotage", "type", "target_call_ids", "writer_errors"), where)
         sabotage = _req(d, "sabotage", bool, where)
         kind = d.get("type")
         if kind is not None and kind not in SABOTAGE_TYPES:
@@ -201,9 +202,7 @@ class Teacher:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Teacher:
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("writer_model", "reader_model", "verdict"), where)
+        _only(d, ("writer_model", "reader_model", "verdict"), where)
         reader = d.get("reader_model")
         if reader is not None and not isinstance(reader, str):
             raise RecordError(f"{where}.reader_model", "expected string or null")
