@@ -45,6 +45,20 @@ class CallError(Exception):
         return "rejected" if self.code in REJECT_CODES else "failed"
 
 
+def found(table: dict, key: Any, what: str) -> Any:
+    """``table[key]``, or the not_found error a real API gives for an id it does not know."""
+    item = table.get(key)
+    if item is None:
+        raise CallError("not_found", f"no {what} {key}")
+    return item
+
+
+def expect_id(given: Any, known: Any, what: str) -> None:
+    """The not_found error for an id other than the one record of its kind in this world."""
+    if given != known:
+        raise CallError("not_found", f"no {what} {given}")
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
