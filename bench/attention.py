@@ -164,6 +164,19 @@ def _rel_err(x, ref) -> float:
     return float((x - ref).abs().max() / ref.abs().max())
 
 
+def _timed_pass(fn, q, k, v, do, sync):
+    """One forward and backward: ``(out, grads, forward seconds, backward seconds)``."""
+    import torch
+
+    t0 = time.perf_counter()
+    out = fn(q, k, v)
+    sync()
+    t1 = time.perf_counter()
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    sync()
+    return out, grads, t1 - t0, time.perf_counter() - t1
+
+
 def worker(args) -> dict:
     import torch
 
@@ -190,32 +203,19 @@ def worker(args) -> dict:
 
         gc.collect()
         base = _rss_mb()
-    t0 = time.perf_counter()
-    out = fn(q, k, v)
-    sync()
-    t1 = time.perf_counter()
-    grads = torch.autograd.grad(out, (q, k, v), do)
-    sync()
-    t2 = time.perf_counter()
+    out, grads, fwd, bwd = _timed_pass(fn, q, k, v, do, sync)
     if cuda:
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         rss = torch.cuda.max_memory_allocated() / 2**20
     else:
         rss = _maxrss_mb()
         peak = rss - base
-    fwd, bwd = t1 - t0, t2 - t1
     reps = 0 if args.impl in ERROR_ONLY else args.reps
-    for _ in range(reps):
+    for _ in range(reps):  # the fastest pass counts
         del out, grads
-        t0 = time.perf_counter()
-        out = fn(q, k, v)
-        sync()
-        t1 = time.perf_counter()
-        grads = torch.autograd.grad(out, (q, k, v), do)
-        sync()
-        t2 = time.perf_counter()
-        if (t2 - t0) < fwd + bwd:
-            fwd, bwd = t1 - t0, t2 - t1
+        out, grads, f, b = _timed_pass(fn, q, k, v, do, sync)
+        if f + b < fwd + bwd:
+            fwd, bwd = f, b
     res = {
         "impl": args.impl,
         "dtype": str(dtype).replace("torch.", ""),
@@ -499,54 +499,8 @@ def tiles_report(args) -> None:
              for feats in (False, True) for arch in ((86, 89) if feats else (86,))]  # fmt: skip
     rows = []
     for kind, D, prec, arch, feats in jobs:
-        ladder = ti.default_configs(kind, D, prec)
-        row = None
-        for rank, (bm, bn, warps, stages) in enumerate(ladder):
-            try:
-                r = ti.compile_offline(kind, D, prec, bm, bn, warps, stages, arch=arch, all_features=feats)
-            except Exception as err:  # noqa: BLE001
-                row = (
-                    kind,
-                    D,
-                    prec,
-                    arch,
-                    feats,
-                    bm,
-                    bn,
-                    warps,
-                    stages,
-                    "",
-                    f"compile error: {str(err)[:100]}",
-                )
-                break
-            if r["fits"]:
-                row = (
-                    kind,
-                    D,
-                    prec,
-                    arch,
-                    feats,
-                    bm,
-                    bn,
-                    warps,
-                    stages,
-                    r["shared"],
-                    f"fits (ladder entry {rank + 1})",
-                )
-                break
-            row = (
-                kind,
-                D,
-                prec,
-                arch,
-                feats,
-                bm,
-                bn,
-                warps,
-                stages,
-                r["shared"],
-                "nothing in the ladder fits",
-            )
+        fit = _first_fit(ti, kind, D, prec, arch, feats)
+        row = (kind, D, prec, arch, feats, *fit) if fit else None
         rows.append(row)
         print(row, flush=True)
     out = Path(args.out) / f"attention-{args.tag}-cpu-sm86-sm89-tiles.md"
@@ -565,6 +519,21 @@ def tiles_report(args) -> None:
     lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
+
+
+def _first_fit(ti, kind: str, D: int, prec: str, arch: int, feats: bool) -> tuple | None:
+    """``(block_m, block_n, warps, stages, shared, verdict)`` of the first ladder entry that compiles
+    and fits, else of the first that fails to compile or of the last one tried."""
+    tail = None
+    for rank, (bm, bn, warps, stages) in enumerate(ti.default_configs(kind, D, prec)):
+        try:
+            r = ti.compile_offline(kind, D, prec, bm, bn, warps, stages, arch=arch, all_features=feats)
+        except Exception as err:  # noqa: BLE001
+            return (bm, bn, warps, stages, "", f"compile error: {str(err)[:100]}")
+        if r["fits"]:
+            return (bm, bn, warps, stages, r["shared"], f"fits (ladder entry {rank + 1})")
+        tail = (bm, bn, warps, stages, r["shared"], "nothing in the ladder fits")
+    return tail
 
 
 def main(argv=None) -> None:

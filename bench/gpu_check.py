@@ -47,6 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from gemma3_shape import GEMMA3_12B_TEXT  # noqa: E402  (bench/, the script's folder)
+
 WHEELS_DIR = ROOT / "bench" / "wheels"
 REQUIRED = ("torch", "triton", "transformers", "peft", "accelerate", "safetensors", "yaml")
 OPTIONAL = ("bitsandbytes", "flash_attn", "trl", "datasets", "rfc8785", "re2")
@@ -60,21 +63,6 @@ WHEELS = [
 ]
 KEEP_LIBS = {"libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so"}
 SHARED_CAP_SM86 = 101376
-GEMMA3_12B = dict(  # google/gemma-3-12b-it text config
-    vocab_size=262208,
-    hidden_size=3840,
-    intermediate_size=15360,
-    num_hidden_layers=48,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=256,
-    query_pre_attn_scalar=256,
-    sliding_window=1024,
-    max_position_embeddings=131072,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    hidden_activation="gelu_pytorch_tanh",
-)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -440,7 +428,7 @@ def gemma3_12b_shaped(layers: int, shrink: bool):
     1 global, the last one global), a one-layer vision tower; ``shrink`` makes it tiny (CPU dry run)."""
     from transformers import Gemma3Config, Gemma3TextConfig, SiglipVisionConfig
 
-    kw = dict(GEMMA3_12B)
+    kw = dict(GEMMA3_12B_TEXT)
     if shrink:
         kw.update(vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=32)  # fmt: skip
@@ -467,41 +455,17 @@ def section_qlora(
 ) -> None:
     """QLoRA steps through train.modeling.load_base_model, custom attention vs sdpa."""
     import torch
-    from peft import get_peft_model
 
     from train.config import load_preset
-    from train.modeling import load_base_model, lora_config
 
     have_bnb = importlib.util.find_spec("bitsandbytes") is not None
     cfg0 = load_preset(ROOT / "configs/train/gemma-3-12b.yaml").resolved()
     mcfg = gemma3_12b_shaped(layers, shrink)
     model_dir = work / "gemma3-12b-shaped"
     t0 = time.time()
-    if not (model_dir / "config.json").is_file():
-        from transformers import Gemma3ForConditionalGeneration
-
-        torch.manual_seed(0)
-        default = torch.get_default_dtype()
-        torch.set_default_dtype(torch.bfloat16 if device.type == "cuda" else torch.float32)
-        try:
-            with torch.device(device):
-                m = Gemma3ForConditionalGeneration(mcfg)
-        finally:
-            torch.set_default_dtype(default)
-        m.save_pretrained(model_dir)
-        del m
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    _save_shaped_model(mcfg, model_dir, device)
     build_s = time.time() - t0
-    # padding-free packed row: documents of 256..1024 tokens, positions restart per document
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, mcfg.text_config.vocab_size, (1, tokens), generator=g)
-    pos, n = [], 0
-    while n < tokens:
-        d = min(int(torch.randint(256, 1025, (1,), generator=g)), tokens - n)
-        pos += list(range(d))
-        n += d
-    position_ids = torch.tensor([pos])
+    ids, position_ids = _packed_row(mcfg.text_config.vocab_size, tokens)
     for attn in ("blockwise_fp32_global", "sdpa"):
         if rep.left() < 60:
             rep.add("qlora", {"attn": attn, "skipped": f"time budget ({rep.left():.0f} s left)"})
@@ -518,62 +482,114 @@ def section_qlora(
             "base": "4-bit nf4 (bitsandbytes)" if have_bnb else "bf16 (bitsandbytes missing: NOT QLoRA)",
             "build_s": round(build_s, 1),
         }
-        model = opt = None
         try:
+            _qlora_steps(rep, rec, cfg, model_dir, (ids, position_ids), steps, device)
             if device.type == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-            t1 = time.time()
-            model, used = load_base_model(str(model_dir), cfg)
-            model = get_peft_model(model, lora_config(cfg))
-            rec["load_s"] = round(time.time() - t1, 1)
-            rec["attn_used"] = used
-            rec["embedding_dtype"] = str(model.get_input_embeddings().weight.dtype)
-            params = [p for p in model.parameters() if p.requires_grad]
-            opt = torch.optim.AdamW(params, lr=1e-5)
-            batch = dict(
-                input_ids=ids.to(device), labels=ids.to(device), position_ids=position_ids.to(device)
-            )
-            times = []
-            for _ in range(steps):
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                t = time.perf_counter()
-                loss = model(**batch, use_cache=False).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
-                if rep.left() < 30:
-                    break
-            rec["loss"] = round(float(loss), 4)
-            rec["s_per_step"] = round(sorted(times[1:] or times)[len(times[1:] or times) // 2], 3)
-            rec["steps_timed"] = len(times[1:] or times)
-            if device.type == "cuda":
-                peak = torch.cuda.max_memory_allocated() / 2**30
-                rec["peak_gib"] = round(peak, 2)
-                rec["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 2)
-                full = mcfg.text_config
-                per_layer_4bit = (  # nf4 weights of one more layer (~0.53 B/param with double quant)
-                    2 * full.hidden_size * full.num_attention_heads * full.head_dim
-                    + 2 * full.hidden_size * full.num_key_value_heads * full.head_dim
-                    + 3 * full.hidden_size * full.intermediate_size
-                ) * 0.53
-                per_layer_ckpt = tokens * full.hidden_size * 2  # one checkpointed bf16 hidden state
-                extra = (GEMMA3_12B["num_hidden_layers"] - layers) * (per_layer_4bit + per_layer_ckpt)
-                rec["peak_gib_extrapolated_48_layers"] = round(peak + extra / 2**30, 2)
-                rec["target"] = "peak < 46 GiB at 4096 tokens (48 layers)"
-                rec["met"] = rec["peak_gib_extrapolated_48_layers"] < 46 and tokens >= 4096
+                rec.update(_qlora_memory(mcfg.text_config, layers, tokens))
         except Exception as err:  # noqa: BLE001
             rec["error"] = f"{type(err).__name__}: {str(err)[:300]}"
             rec["traceback"] = traceback.format_exc()[-1500:]
         rep.add("qlora", rec)
         rep.save()
-        del model, opt
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _save_shaped_model(mcfg, model_dir: Path, device) -> None:
+    """Random weights of the shaped model, saved once (a later run reuses them)."""
+    import torch
+
+    if (model_dir / "config.json").is_file():
+        return
+    from transformers import Gemma3ForConditionalGeneration
+
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16 if device.type == "cuda" else torch.float32)
+    try:
+        with torch.device(device):
+            m = Gemma3ForConditionalGeneration(mcfg)
+    finally:
+        torch.set_default_dtype(default)
+    m.save_pretrained(model_dir)
+    del m
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _packed_row(vocab_size: int, tokens: int):
+    """A padding-free packed row: documents of 256..1024 tokens, positions restart per document."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, vocab_size, (1, tokens), generator=g)
+    pos, n = [], 0
+    while n < tokens:
+        d = min(int(torch.randint(256, 1025, (1,), generator=g)), tokens - n)
+        pos += list(range(d))
+        n += d
+    return ids, torch.tensor([pos])
+
+
+def _qlora_steps(rep: Report, rec: dict, cfg, model_dir: Path, row, steps: int, device) -> None:
+    """Load the base as training does, add LoRA, time ``steps`` optimizer steps; fills ``rec``."""
+    import torch
+    from peft import get_peft_model
+
+    from train.modeling import load_base_model, lora_config
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    t1 = time.time()
+    model, used = load_base_model(str(model_dir), cfg)
+    model = get_peft_model(model, lora_config(cfg))
+    rec["load_s"] = round(time.time() - t1, 1)
+    rec["attn_used"] = used
+    rec["embedding_dtype"] = str(model.get_input_embeddings().weight.dtype)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    ids, position_ids = row
+    batch = dict(input_ids=ids.to(device), labels=ids.to(device), position_ids=position_ids.to(device))
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        loss = model(**batch, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        if rep.left() < 30:
+            break
+    rec["loss"] = round(float(loss), 4)
+    timed = times[1:] or times
+    rec["s_per_step"] = round(sorted(timed)[len(timed) // 2], 3)
+    rec["steps_timed"] = len(timed)
+
+
+def _qlora_memory(full, layers: int, tokens: int) -> dict:
+    """Peak GPU memory of the steps, extrapolated from ``layers`` to the 12B's 48 layers."""
+    import torch
+
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    per_layer_4bit = (  # nf4 weights of one more layer (~0.53 B/param with double quant)
+        2 * full.hidden_size * full.num_attention_heads * full.head_dim
+        + 2 * full.hidden_size * full.num_key_value_heads * full.head_dim
+        + 3 * full.hidden_size * full.intermediate_size
+    ) * 0.53
+    per_layer_ckpt = tokens * full.hidden_size * 2  # one checkpointed bf16 hidden state
+    extra = (GEMMA3_12B_TEXT["num_hidden_layers"] - layers) * (per_layer_4bit + per_layer_ckpt)
+    extrapolated = round(peak + extra / 2**30, 2)
+    return {
+        "peak_gib": round(peak, 2),
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
+        "peak_gib_extrapolated_48_layers": extrapolated,
+        "target": "peak < 46 GiB at 4096 tokens (48 layers)",
+        "met": extrapolated < 46 and tokens >= 4096,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -602,18 +618,8 @@ def run(args) -> int:
     section_environment(rep, device, wheels_added)
     rep.save()
     scale = 64 if dry else 1
-    backend = "torch" if dry else "triton"
-    if dry:  # shapes of the real run, without running them
-        for case in correctness_cases():
-            rep.add("shapes", {**case, "flops_fwd_bwd": attn_flops(1, case["heads"][0], case["len_q"],
-                                                                   case["len_k"], case["head_dim"], True, True)})  # fmt: skip
-        from transformers import Gemma3ForConditionalGeneration
-
-        with torch.device("meta"):
-            meta = Gemma3ForConditionalGeneration(gemma3_12b_shaped(48, shrink=False))
-        n = sum(p.numel() for p in meta.parameters())
-        rep.add("shapes", {"model": "Gemma3ForConditionalGeneration, 12B text width, 48 layers", "params": n})
-        del meta
+    if dry:
+        _dry_shapes(rep)
     torch.manual_seed(0)
     peaks = {}
     try:
@@ -621,9 +627,42 @@ def run(args) -> int:
         peaks = rep.data["peaks_tflops"]
     except Exception as err:  # noqa: BLE001
         rep.add("peaks", {"error": str(err)})
-    reps = 1 if dry else 5
-    # 3. the key checks
     key_case = correctness_cases(scale)[0]
+    _key_checks(rep, key_case, device, peaks, dry, scale)
+    # 4. QLoRA steps
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="gpu-check-"))
+    try:
+        section_qlora(rep, device, args.layers if not dry else 2, args.tokens // scale, 2 if dry else args.steps,
+                      dry, work)  # fmt: skip
+    except Exception as err:  # noqa: BLE001
+        rep.add("qlora", {"error": repr(err)[:300], "traceback": traceback.format_exc()[-1500:]})
+    rep.save()
+    _correctness_matrix(rep, key_case, device, dry, scale)
+    rep.__dict__.pop("_refs", None)
+    _speed_sweep(rep, device, peaks, dry, scale)
+    rep.save()
+    print(f"done in {time.time() - rep.t0:.0f} s" + (f"; wrote {out}" if out else ""))
+    return 0
+
+
+def _dry_shapes(rep: Report) -> None:
+    """The shapes of the real run, without running them."""
+    import torch
+    from transformers import Gemma3ForConditionalGeneration
+
+    for case in correctness_cases():
+        rep.add("shapes", {**case, "flops_fwd_bwd": attn_flops(1, case["heads"][0], case["len_q"],
+                                                               case["len_k"], case["head_dim"], True, True)})  # fmt: skip
+    with torch.device("meta"):
+        meta = Gemma3ForConditionalGeneration(gemma3_12b_shaped(48, shrink=False))
+    n = sum(p.numel() for p in meta.parameters())
+    rep.add("shapes", {"model": "Gemma3ForConditionalGeneration, 12B text width, 48 layers", "params": n})
+
+
+def _key_checks(rep: Report, key_case: dict, device, peaks: dict, dry: bool, scale: int) -> None:
+    """3. the key checks: correctness of the key case, then ours vs SDPA at head dim 256, L 8192."""
+    backend = "torch" if dry else "triton"
+    reps = 1 if dry else 5
     for prec in ("ieee", "bf16"):
         try:
             check_correctness(rep, key_case, prec, device, capped=False, backend=backend)
@@ -642,15 +681,11 @@ def run(args) -> int:
                           "ratio": round(ours_b / ref_b, 2), "met": ours_b <= 1.5 * ref_b})  # fmt: skip
     time_attention(rep, "ours-ieee", 256, L_key, (16, 8), device, peaks, reps)
     rep.save()
-    # 4. QLoRA steps
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="gpu-check-"))
-    try:
-        section_qlora(rep, device, args.layers if not dry else 2, args.tokens // scale, 2 if dry else args.steps,
-                      dry, work)  # fmt: skip
-    except Exception as err:  # noqa: BLE001
-        rep.add("qlora", {"error": repr(err)[:300], "traceback": traceback.format_exc()[-1500:]})
-    rep.save()
-    # 5. the full correctness matrix
+
+
+def _correctness_matrix(rep: Report, key_case: dict, device, dry: bool, scale: int) -> None:
+    """5. the full correctness matrix (the key case's measured cells skipped)."""
+    backend = "torch" if dry else "triton"
     for case in correctness_cases(scale):
         for prec in ("ieee", "tf32", "bf16"):
             for capped in (False, True):
@@ -667,8 +702,10 @@ def run(args) -> int:
                     rep.add("correctness", {"case": case["name"], "precision": prec, "capped": capped,
                                             "error": repr(err)[:300]})  # fmt: skip
         rep.save()
-    rep.__dict__.pop("_refs", None)
-    # 6. the speed sweep
+
+
+def _speed_sweep(rep: Report, device, peaks: dict, dry: bool, scale: int) -> None:
+    """6. the speed sweep over head dims, lengths and implementations."""
     impls = ["ours-bf16", "ours-ieee", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"]
     if dry:
         impls = ["ours-ieee", "sdpa-math"]
@@ -691,9 +728,6 @@ def run(args) -> int:
                     rep, impl, D, L // scale, heads, device, peaks, 1 if dry else (3 if L >= 8192 else 5)
                 )
             rep.save()
-    rep.save()
-    print(f"done in {time.time() - rep.t0:.0f} s" + (f"; wrote {out}" if out else ""))
-    return 0
 
 
 def main(argv=None) -> int:

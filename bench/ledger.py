@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_prep.assemble import assemble_run, faithful_entry
+from data_prep.assemble import assemble_run, clean_labels, faithful_entry
 from data_prep.reconcile import reconcile
 from data_prep.records import iter_runs, write_jsonl
 
@@ -59,7 +59,7 @@ def make_runs(n: int, seed: int):
             tools=[{"type": "function", "function": {"name": t}} for t in TOOLS],
             calls=calls,
             model_ledger=ledger,
-            labels={"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []},
+            labels=clean_labels(),
         )
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the repository's packages before bench/ (bench/sanitizer.py is a script)
 
+from gemma3_shape import GEMMA3_12B_TEXT, GEMMA3_SMOKE_TEXT  # noqa: E402  (bench/, the script's folder)
+
 for _k, _v in {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -181,38 +183,14 @@ def cpu_bench(args) -> dict:
 
 
 # ---- the 12B shape on a GPU -----------------------------------------------------------------------
-GEMMA3_12B_TEXT = dict(  # google/gemma-3-12b text config
-    vocab_size=262208,
-    hidden_size=3840,
-    intermediate_size=15360,
-    num_hidden_layers=48,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=256,
-    query_pre_attn_scalar=256,
-    sliding_window=1024,
-    max_position_embeddings=131072,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    hidden_activation="gelu_pytorch_tanh",
-)
 
 
 def gemma3_12b_config(layers: int | None, shrink: bool):
     from transformers import Gemma3TextConfig
 
     kw = dict(GEMMA3_12B_TEXT)
-    if shrink:  # CPU smoke test: same structure, small sizes
-        kw.update(
-            vocab_size=4096,
-            hidden_size=256,
-            intermediate_size=512,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=64,
-            query_pre_attn_scalar=64,
-            sliding_window=128,
-        )
+    if shrink:
+        kw.update(GEMMA3_SMOKE_TEXT)
     if layers:
         kw["num_hidden_layers"] = layers
     n = kw["num_hidden_layers"]

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from data_prep.chain import seal_ledger
-from data_prep.records import RUN_SCHEMA
+from data_prep.records import CALL_FIELDS, RUN_SCHEMA
+
+
+def clean_labels() -> dict:
+    """The labels of a run with no injected fault (a fresh dict: callers fill it in)."""
+    return {"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []}
 
 
 def faithful_entry(call: dict, description: str | None = None) -> dict:
@@ -52,16 +57,7 @@ def assemble_run(
 ) -> dict:
     """A ``ledger-run/v1`` dict. ``calls`` need call_id, tool, arguments, status, policy_class and
     optionally result; the environment ledger is sealed from them in order."""
-    trajectory = [
-        {
-            "call_id": c["call_id"],
-            "tool": c["tool"],
-            "arguments": c["arguments"],
-            "status": c["status"],
-            "result": c.get("result"),
-        }
-        for c in calls
-    ]
+    trajectory = [{name: c.get(name) for name in CALL_FIELDS} for c in calls]  # seal_ledger checks the keys
     return {
         "schema": RUN_SCHEMA,
         "run_id": run_id,

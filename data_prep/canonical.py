@@ -78,32 +78,14 @@ def _scan(obj: Any) -> int:
         raise _Invalid
     if t is dict:
         flags = 0
-        for k, v in obj.items():
+        for k in obj:
             if type(k) is not str:
                 raise _Invalid
             if not k.isascii():
                 flags |= _SLOW
-            tv = type(v)
-            if tv is str or tv is bool or v is None:
-                continue
-            if tv is int:
-                if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
-                    continue
-                raise _Invalid
-            flags |= _scan(v)
-        return flags
+        return flags | _scan_values(obj.values())
     if t is list:
-        flags = 0
-        for v in obj:
-            tv = type(v)
-            if tv is str or tv is bool or v is None:
-                continue
-            if tv is int:
-                if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
-                    continue
-                raise _Invalid
-            flags |= _scan(v)
-        return flags
+        return _scan_values(obj)
     if t is float:
         if not math.isfinite(obj):
             raise _Invalid
@@ -114,6 +96,21 @@ def _scan(obj: Any) -> int:
             return _REPR_FLOAT
         return _SLOW
     raise _Invalid  # subclasses (e.g. a dict that recorded a duplicate key) take the slow path
+
+
+def _scan_values(values: Any) -> int:
+    """``_scan`` over a container's values, with the scalar checks inlined (most values are scalars)."""
+    flags = 0
+    for v in values:
+        tv = type(v)
+        if tv is str or tv is bool or v is None:
+            continue
+        if tv is int:
+            if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+                continue
+            raise _Invalid
+        flags |= _scan(v)
+    return flags
 
 
 def _integral_floats_to_int(obj: Any) -> Any:

@@ -35,17 +35,24 @@ BREAK_KINDS = (
 )
 
 
+def _prehashed(domain_hash: Any, jcs_text: str) -> str | None:
+    """The digest of ``jcs_text`` continuing a hash already fed its domain prefix; None when the text
+    holds a lone surrogate (not UTF-8: the general path reports it)."""
+    try:
+        data = jcs_text.encode()
+    except UnicodeEncodeError:
+        return None
+    h = domain_hash.copy()
+    h.update(data)
+    return DIGEST_PREFIX + h.hexdigest()
+
+
 def genesis_digest(run_id: str) -> str:
     if type(run_id) is str:
         # RFC 8785 form of {"run_id": <string>}
-        try:
-            data = f'{{"run_id":{encode_basestring(run_id)}}}'.encode()
-        except UnicodeEncodeError:
-            pass
-        else:
-            h = _GENESIS_HASH.copy()
-            h.update(data)
-            return DIGEST_PREFIX + h.hexdigest()
+        fast = _prehashed(_GENESIS_HASH, f'{{"run_id":{encode_basestring(run_id)}}}')
+        if fast is not None:
+            return fast
     return digest(GENESIS_DOMAIN, {"run_id": run_id})
 
 
@@ -99,15 +106,10 @@ _HEAD_HASH = domain_hash(HEAD_DOMAIN)
 def head_seal(run_id: str, count: int, head_digest: str) -> str:
     if type(run_id) is str and type(head_digest) is str and type(count) is int and abs(count) <= MAX_SAFE_INT:
         # RFC 8785 form of {"count": <int>, "head_digest": <string>, "run_id": <string>}
-        try:
-            head, run = encode_basestring(head_digest), encode_basestring(run_id)
-            data = f'{{"count":{count},"head_digest":{head},"run_id":{run}}}'.encode()
-        except UnicodeEncodeError:
-            pass
-        else:
-            h = _HEAD_HASH.copy()
-            h.update(data)
-            return DIGEST_PREFIX + h.hexdigest()
+        head, run = encode_basestring(head_digest), encode_basestring(run_id)
+        fast = _prehashed(_HEAD_HASH, f'{{"count":{count},"head_digest":{head},"run_id":{run}}}')
+        if fast is not None:
+            return fast
     return digest(HEAD_DOMAIN, {"run_id": run_id, "count": count, "head_digest": head_digest})
 
 

@@ -57,18 +57,8 @@ RECORD_FIELDS = (
 # An event's record may also name the record it replaces; memory records keep the fields above only
 # (the supersession shows in memory as the old record's absence).
 EVENT_RECORD_FIELDS = (*RECORD_FIELDS, "supersedes_ref")
-PATCHABLE = (
-    "grantee",
-    "effect",
-    "action",
-    "vendor",
-    "allowed_categories",
-    "max_amount",
-    "currency",
-    "valid_from",
-    "valid_until",
-    "status",
-)
+# a patch may change what a record grants, not who made it or where it was said
+PATCHABLE = tuple(f for f in RECORD_FIELDS if f not in ("authorization_ref", "issuer", "source_turn_refs"))
 REQUEST_FIELDS = ("grantee", "action", "vendor", "category", "amount", "currency", "action_time")
 # scope records and requests (EAL-Bench's cybersecurity domain): equality fields, then list memberships
 SCOPE_EQUAL = ("tenant_id", "incident_id")

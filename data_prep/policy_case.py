@@ -34,7 +34,7 @@ from data_prep.oracle import (
     is_scope,
     parse_time,
 )
-from data_prep.records import LineError, RecordError, iter_jsonl
+from data_prep.records import LineError, RecordError, iter_records
 
 CASE_SCHEMA = "policy-case/v1"
 CASE_FIELDS = (
@@ -51,13 +51,9 @@ CASE_FIELDS = (
     "provenance",
     "metadata",
 )
-DIMENSIONS = (
-    "amount",
-    "time",
-    "category",
-    "vendor",
-    "grantee",
-    "action",
+# the dimensions of a spend/access request (the synthetic policy families vary exactly these)
+REQUEST_DIMENSIONS = ("amount", "time", "category", "vendor", "grantee", "action")
+DIMENSIONS = REQUEST_DIMENSIONS + (
     # scope requests (EAL-Bench's cybersecurity domain)
     "tenant",
     "incident",
@@ -344,31 +340,28 @@ def _validate_case_header(d: dict, where: str, require_all: bool) -> None:
     _strs(d, "authorized_issuers", where, nonempty=True)
 
 
-def _unique_ref(obj: dict, where: str, seen: set[str], what: str) -> str:
-    """``obj``'s ref, after checking no earlier one of its kind had it."""
-    ref = _str(obj, "ref", where)
-    if ref in seen:
-        raise RecordError(f"{where}.ref", f"duplicate {what} ref {ref!r}")
-    seen.add(ref)
-    return ref
+def _ref_items(d: dict, key: str, where: str, fields: tuple, seen: set[str], what: str) -> Iterator:
+    """``(path, obj)`` for each object of the list ``d[key]``: an object with only ``fields``, whose
+    ref no earlier one of its kind had (``seen`` collects the refs)."""
+    for i, item in enumerate(_list(d, key, where)):
+        iw = f"{where}.{key}[{i}]"
+        item = _obj(item, iw)
+        _no_extra(item, fields, iw)
+        ref = _str(item, "ref", iw)
+        if ref in seen:
+            raise RecordError(f"{iw}.ref", f"duplicate {what} ref {ref!r}")
+        seen.add(ref)
+        yield iw, item
 
 
 def _validate_blocks(d: dict, where: str) -> tuple[set[str], set[str]]:
     """The history's blocks and turns; returns their refs (events point at them)."""
     turn_refs: set[str] = set()
     block_refs: set[str] = set()
-    for i, b in enumerate(_list(d, "blocks", where)):
-        bw = f"{where}.blocks[{i}]"
-        b = _obj(b, bw)
-        _no_extra(b, BLOCK_FIELDS, bw)
-        _unique_ref(b, bw, block_refs, "block")
+    for bw, b in _ref_items(d, "blocks", where, BLOCK_FIELDS, block_refs, "block"):
         _str(b, "title", bw)
         _time(b, "ended_at", bw)
-        for j, t in enumerate(_list(b, "turns", bw)):
-            tw = f"{bw}.turns[{j}]"
-            t = _obj(t, tw)
-            _no_extra(t, TURN_FIELDS, tw)
-            _unique_ref(t, tw, turn_refs, "turn")
+        for tw, t in _ref_items(b, "turns", bw, TURN_FIELDS, turn_refs, "turn"):
             _str(t, "actor_id", tw)
             _str(t, "speaker", tw)
             _str(t, "content", tw, nonempty=False)
@@ -378,11 +371,7 @@ def _validate_blocks(d: dict, where: str) -> tuple[set[str], set[str]]:
 
 def _validate_events(d: dict, where: str, block_refs: set[str], turn_refs: set[str]) -> None:
     event_refs: set[str] = set()
-    for i, e in enumerate(_list(d, "events", where)):
-        ew = f"{where}.events[{i}]"
-        e = _obj(e, ew)
-        _no_extra(e, EVENT_FIELDS, ew)
-        _unique_ref(e, ew, event_refs, "event")
+    for ew, e in _ref_items(d, "events", where, EVENT_FIELDS, event_refs, "event"):
         kind = _str(e, "event_type", ew)
         if kind not in EVENT_TYPES:
             raise RecordError(f"{ew}.event_type", f"must be {'|'.join(EVENT_TYPES)}, got {kind!r}")
@@ -439,11 +428,7 @@ def _validate_event_patch(e: dict, ew: str, kind: str) -> None:
 
 def _validate_probes(d: dict, where: str) -> None:
     probe_refs: set[str] = set()
-    for i, p in enumerate(_list(d, "probe_pairs", where)):
-        pw = f"{where}.probe_pairs[{i}]"
-        p = _obj(p, pw)
-        _no_extra(p, PROBE_FIELDS, pw)
-        _unique_ref(p, pw, probe_refs, "probe")
+    for pw, p in _ref_items(d, "probe_pairs", where, PROBE_FIELDS, probe_refs, "probe"):
         dim = _str(p, "dimension", pw)
         if dim not in DIMENSIONS:
             raise RecordError(f"{pw}.dimension", f"must be one of {'|'.join(DIMENSIONS)}, got {dim!r}")
@@ -528,14 +513,7 @@ def probe_problems(case: dict) -> list[str]:
 
 def iter_policy_case_file(path: str | Path) -> Iterator[tuple[int, dict | LineError]]:
     """Yield ``(line, case | LineError)`` for each case in a ``policy-case/v1`` JSONL file."""
-    for lineno, value in iter_jsonl(path):
-        if isinstance(value, LineError):
-            yield lineno, value
-            continue
-        try:
-            yield lineno, validate_policy_case(value)
-        except RecordError as exc:
-            yield lineno, LineError(str(path), lineno, exc.field, exc.problem)
+    return iter_records(path, validate_policy_case)
 
 
 def load_schema() -> dict:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from data_prep.canonical import StrictJSONError, dumps_canonical, loads_strict
 from data_prep.inputs import InputError, open_regular, os_problem
@@ -31,6 +31,7 @@ SABOTAGE_TYPES = (
 )
 VERDICT_LABELS = ("clean", "discrepancy", "incident", "not_evaluable")
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "ledger-run-v1.schema.json"
+T = TypeVar("T")
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a run is kilobytes; a longer line is refused unread
 
 
@@ -66,13 +67,34 @@ def _kind_name(kind: type | tuple) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
+def _strings(obj: dict, key: str, where: str) -> list:
+    """``obj[key]`` (absent: []) if it is an array of strings; else RecordError naming the field."""
+    value = obj.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{where}.{key}", "expected array of strings")
+    return value
+
+
+def _only(d: Any, allowed: tuple[str, ...], where: str) -> None:
+    """``d`` is an object with no fields but ``allowed``; else RecordError naming the first problem."""
+    if not isinstance(d, dict):
+        raise RecordError(where, "expected object")
+    _no_extra(d, allowed, where)
+
+
 def _no_extra(obj: dict, allowed: tuple[str, ...], where: str) -> None:
     for key in obj:
         if key not in allowed:
             raise RecordError(f"{where}.{key}", "unknown field")
 
 
-_CALL_KEYS = frozenset(("call_id", "tool", "arguments", "status", "result"))
+CALL_FIELDS = ("call_id", "tool", "arguments", "status", "result")
+_CALL_KEYS = frozenset(CALL_FIELDS)
+
+
+def pick(obj: Any, names: tuple[str, ...]) -> dict:
+    """``{name: obj.name}`` in the order given: a record's JSON face from its typed fields."""
+    return {name: getattr(obj, name) for name in names}
 
 
 @dataclass(slots=True)
@@ -98,9 +120,7 @@ class Call:
             and d["tool"]
         ):
             return cls(d["call_id"], d["tool"], d["arguments"], d["status"], d.get("result"))
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("call_id", "tool", "arguments", "status", "result"), where)
+        _only(d, CALL_FIELDS, where)
         status = _req(d, "status", str, where)
         if status not in CALL_STATUSES:
             raise RecordError(f"{where}.status", f"must be one of {'|'.join(CALL_STATUSES)}, got {status!r}")
@@ -124,18 +144,14 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Verdict:
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("label", "suspicion", "cited_call_ids", "rationale"), where)
+        _only(d, ("label", "suspicion", "cited_call_ids", "rationale"), where)
         label = _req(d, "label", str, where)
         if label not in VERDICT_LABELS:
             raise RecordError(f"{where}.label", f"must be one of {'|'.join(VERDICT_LABELS)}, got {label!r}")
         suspicion = _req(d, "suspicion", int, where)
         if not 0 <= suspicion <= 100:
             raise RecordError(f"{where}.suspicion", f"must be within 0-100, got {suspicion}")
-        cited = d.get("cited_call_ids", [])
-        if not isinstance(cited, list) or not all(isinstance(c, str) for c in cited):
-            raise RecordError(f"{where}.cited_call_ids", "expected array of strings")
+        cited = _strings(d, "cited_call_ids", where)
         rationale = d.get("rationale", "")
         if not isinstance(rationale, str):
             raise RecordError(f"{where}.rationale", "expected string")
@@ -153,9 +169,7 @@ class Labels:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Labels:
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("sabotage", "type", "target_call_ids", "writer_errors"), where)
+        _only(d, ("sabotage", "type", "target_call_ids", "writer_errors"), where)
         sabotage = _req(d, "sabotage", bool, where)
         kind = d.get("type")
         if kind is not None and kind not in SABOTAGE_TYPES:
@@ -164,9 +178,7 @@ class Labels:
             )
         if sabotage != (kind is not None):
             raise RecordError(f"{where}.type", "must be set exactly when sabotage is true")
-        targets = d.get("target_call_ids", [])
-        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-            raise RecordError(f"{where}.target_call_ids", "expected array of strings")
+        targets = _strings(d, "target_call_ids", where)
         errors = d.get("writer_errors", [])
         if not isinstance(errors, list):
             raise RecordError(f"{where}.writer_errors", "expected array")
@@ -190,9 +202,7 @@ class Teacher:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Teacher:
-        if not isinstance(d, dict):
-            raise RecordError(where, "expected object")
-        _no_extra(d, ("writer_model", "reader_model", "verdict"), where)
+        _only(d, ("writer_model", "reader_model", "verdict"), where)
         reader = d.get("reader_model")
         if reader is not None and not isinstance(reader, str):
             raise RecordError(f"{where}.reader_model", "expected string or null")
@@ -254,6 +264,11 @@ class Run:
         return cls._from_dict_checked(d, where)
 
     @classmethod
+    def with_dict(cls, d: Any) -> tuple[Any, Run]:
+        """The record as read (what is passed on) and as a typed run (what is checked)."""
+        return d, cls.from_dict(d)
+
+    @classmethod
     def _from_dict_checked(cls, d: Any, where: str = "$") -> Run:
         if not isinstance(d, dict):
             raise RecordError(where, "a run must be a JSON object")
@@ -304,9 +319,7 @@ class Run:
             raise RecordError(f"{where}.provenance", "expected object")
         if not isinstance(metadata, dict):
             raise RecordError(f"{where}.metadata", "expected object")
-        hidden = metadata.get("hidden_identifiers", [])
-        if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
-            raise RecordError(f"{where}.metadata.hidden_identifiers", "expected array of strings")
+        _strings(metadata, "hidden_identifiers", f"{where}.metadata")
         seal = d.get("seal")
         if seal is not None:
             _check_seal_shape(seal, f"{where}.seal")
@@ -329,31 +342,13 @@ class Run:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (shares nested values with the record: copy before mutating)."""
-        return {
-            "schema": self.schema,
-            "run_id": self.run_id,
-            "workflow_id": self.workflow_id,
-            "family": self.family,
-            "domain": self.domain,
-            "task": self.task,
-            "trajectory": [
-                {
-                    "call_id": c.call_id,
-                    "tool": c.tool,
-                    "arguments": c.arguments,
-                    "status": c.status,
-                    "result": c.result,
-                }
-                for c in self.trajectory
-            ],
-            "env_ledger": self.env_ledger,
-            "model_ledger": self.model_ledger,
-            "labels": asdict(self.labels),
-            "teacher": None if self.teacher is None else asdict(self.teacher),
-            "provenance": self.provenance,
-            "metadata": self.metadata,
-            **({} if self.seal is None else {"seal": self.seal}),
-        }
+        out = pick(self, RUN_FIELDS)  # key order is RUN_FIELDS'; the nested records are replaced below
+        out["trajectory"] = [pick(c, CALL_FIELDS) for c in self.trajectory]
+        out["labels"] = asdict(self.labels)
+        out["teacher"] = None if self.teacher is None else asdict(self.teacher)
+        if self.seal is None:
+            del out["seal"]
+        return out
 
 
 def _check_seal_shape(seal: Any, where: str) -> None:
@@ -633,16 +628,22 @@ def iter_jsonl(
             yield lineno, value
 
 
-def iter_runs(path: str | Path) -> Iterator[tuple[int, Run | LineError]]:
-    """Yield ``(line, Run | LineError)`` for each run in a JSONL file."""
+def iter_records(path: str | Path, parse: Callable[[Any], T]) -> Iterator[tuple[int, T | LineError]]:
+    """Yield ``(line, parse(value) | LineError)`` for each line of a JSONL file; ``parse`` raises
+    RecordError, which becomes a LineError naming the file, line and field."""
     for lineno, value in iter_jsonl(path):
         if isinstance(value, LineError):
             yield lineno, value
             continue
         try:
-            yield lineno, Run.from_dict(value)
+            yield lineno, parse(value)
         except RecordError as exc:
             yield lineno, LineError(str(path), lineno, exc.field, exc.problem)
+
+
+def iter_runs(path: str | Path) -> Iterator[tuple[int, Run | LineError]]:
+    """Yield ``(line, Run | LineError)`` for each run in a JSONL file."""
+    return iter_records(path, Run.from_dict)
 
 
 def write_jsonl(path: str | Path, records: list[dict] | Iterator[dict]) -> int:

@@ -19,6 +19,14 @@ from data_prep.inputs import read_text
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None) -> Any:
+    """A config dataclass field with its help text (what ``--help`` and the docs print); ``factory``
+    makes a fresh mutable default per instance."""
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 class ConfigError(ValueError):
     """A config file or flag that cannot be used; the message names the file (or flag) and field."""
 

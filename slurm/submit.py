@@ -193,6 +193,24 @@ def run_local(sweep: Sweep, plan: Plan) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        sweep, plan = _load(args)
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"sweep {sweep.name}: {sweep.n} tasks "
+        f"({' x '.join(f'{k} {len(v)}' for k, v in sweep.grid.items())}) -> {sweep.sweep_dir}"
+    )
+    if args.dry_run:
+        return _dry_run(plan, args.show_scripts)
+    if args.local:
+        return _local(args, sweep, plan)
+    return _submit(args, sweep, plan)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="slurm/submit.py",
         description=__doc__.split("\n\n")[0],
@@ -236,68 +254,59 @@ def main(argv: list[str] | None = None) -> int:
         help="submit into a sweep directory that was submitted before (done tasks are skipped, "
         "interrupted ones resume)",
     )
-    args = p.parse_args(argv)
+    return p
 
-    try:
-        sets = parse_sets(args.set)
-        if args.dependency:
-            sets.append(("dependency", args.dependency))
-        if args.max_parallel is not None:
-            sets.append(("resources.max_parallel", args.max_parallel))
-        if args.partition:
-            sets += [("resources.partition", args.partition), ("eval_resources.partition", args.partition)]
-        sweep = load_sweep(args.sweep, out=args.out, sets=sets)
-        plan = Plan(sweep, sets)
-    except SweepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
 
-    s = sweep
-    print(
-        f"sweep {s.name}: {s.n} tasks ({' x '.join(f'{k} {len(v)}' for k, v in s.grid.items())}) -> {s.sweep_dir}"
-    )
-    if args.dry_run:
+def _load(args: argparse.Namespace) -> tuple[Sweep, Plan]:
+    """The sweep YAML with the --set overrides and the flags that stand for fields; raises SweepError."""
+    sets = parse_sets(args.set)
+    if args.dependency:
+        sets.append(("dependency", args.dependency))
+    if args.max_parallel is not None:
+        sets.append(("resources.max_parallel", args.max_parallel))
+    if args.partition:
+        sets += [("resources.partition", args.partition), ("eval_resources.partition", args.partition)]
+    sweep = load_sweep(args.sweep, out=args.out, sets=sets)
+    return sweep, Plan(sweep, sets)
+
+
+def _dry_run(plan: Plan, show_scripts: bool) -> int:
+    """Print the indexes and the two sbatch commands (and, if asked, the scripts); write nothing."""
+    for kind in ("train", "eval"):
+        print(f"\n# {plan.paths[kind + '_index']} (task_id, name, output_dir, command)")
+        print("\n".join(plan.indexes[kind]))
+    print("\n# commands")
+    print(f"TRAIN_JOB_ID=$({shlex.join(plan.train_command())})")
+    ecmd = plan.eval_command()
+    dep = next(a for a in ecmd if a.startswith("--dependency="))
+    print(shlex.join(ecmd).replace(shlex.quote(dep), dep.replace(TRAIN_JOB_PLACEHOLDER, '"$TRAIN_JOB_ID"')))
+    if show_scripts:
         for kind in ("train", "eval"):
-            print(f"\n# {plan.paths[kind + '_index']} (task_id, name, output_dir, command)")
-            print("\n".join(plan.indexes[kind]))
-        print("\n# commands")
-        print(f"TRAIN_JOB_ID=$({shlex.join(plan.train_command())})")
-        ecmd = plan.eval_command()
-        dep = next(a for a in ecmd if a.startswith("--dependency="))
-        print(
-            shlex.join(ecmd).replace(shlex.quote(dep), dep.replace(TRAIN_JOB_PLACEHOLDER, '"$TRAIN_JOB_ID"'))
-        )
-        if args.show_scripts:
-            for kind in ("train", "eval"):
-                print(f"\n# ---- {plan.paths[kind + '_script']}")
-                print(plan.scripts[kind], end="")
-        print("\n(dry run: nothing written, nothing submitted)")
-        return 0
+            print(f"\n# ---- {plan.paths[kind + '_script']}")
+            print(plan.scripts[kind], end="")
+    print("\n(dry run: nothing written, nothing submitted)")
+    return 0
 
-    if args.local:
-        plan.write(args.sweep)
-        try:
-            if args.prepare_cache:
-                prepare_cache(sweep)
-            prepare_data(sweep)
-        except (OSError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return run_local(sweep, plan)
 
-    submitted = s.sweep_dir / "submitted.json"
-    if submitted.is_file() and not args.force:
-        old = json.loads(submitted.read_text(encoding="utf-8"))
-        print(
-            f"error: {s.sweep_dir} was submitted before (jobs {old.get('train_job')}, {old.get('eval_job')}); "
-            "pass --force to submit it again (done tasks are skipped, interrupted ones resume)",
-            file=sys.stderr,
-        )
-        return 2
-    if shutil.which("sbatch") is None:
-        print(
-            "error: sbatch not found (no Slurm client here; try slurm/dev_cluster.sh start)", file=sys.stderr
-        )
+def _local(args: argparse.Namespace, sweep: Sweep, plan: Plan) -> int:
+    """Every cell here, one after another, without Slurm."""
+    plan.write(args.sweep)
+    try:
+        if args.prepare_cache:
+            prepare_cache(sweep)
+        prepare_data(sweep)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return run_local(sweep, plan)
+
+
+def _submit(args: argparse.Namespace, sweep: Sweep, plan: Plan) -> int:
+    """Both arrays to Slurm, the eval array waiting on the train array; ``submitted.json`` records them."""
+    submitted = sweep.sweep_dir / "submitted.json"
+    refusal = _refusal(submitted, args.force)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
         return 2
     plan.write(args.sweep)
     try:
@@ -322,8 +331,21 @@ def main(argv: list[str] | None = None) -> int:
             "commands": [shlex.join(tcmd), shlex.join(ecmd)],
         },
     )
-    print(f"logs: {s.sweep_dir / 'logs'}; when done: python slurm/aggregate.py {s.sweep_dir}")
+    print(f"logs: {sweep.sweep_dir / 'logs'}; when done: python slurm/aggregate.py {sweep.sweep_dir}")
     return 0
+
+
+def _refusal(submitted: Path, force: bool) -> str:
+    """Why not to submit (a sweep submitted before without --force, or no sbatch here), or ""."""
+    if submitted.is_file() and not force:
+        old = json.loads(submitted.read_text(encoding="utf-8"))
+        return (
+            f"{submitted.parent} was submitted before (jobs {old.get('train_job')}, {old.get('eval_job')}); "
+            "pass --force to submit it again (done tasks are skipped, interrupted ones resume)"
+        )
+    if shutil.which("sbatch") is None:
+        return "sbatch not found (no Slurm client here; try slurm/dev_cluster.sh start)"
+    return ""
 
 
 if __name__ == "__main__":

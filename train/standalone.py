@@ -18,14 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
-from train.checkpoint import (
-    CheckpointError,
-    base_model_path,
-    checkpoint_digest,
-    load_base_as_trained,
-    read_checkpoint,
-    stop_token_ids,
-)
+import train.checkpoint as checkpoint
+from train.checkpoint import CheckpointError
 from train.manifest import file_digests, sha256_file
 
 EXPORT_VERSION = "ledgerwright-export/1"
@@ -79,7 +73,7 @@ def merged_model(adapter: Path, manifest: dict, base_path: str):
     """(model, dtype): the adapter merged into its base as trained, with no quantization left."""
     from peft import PeftModel
 
-    model, dtype = load_base_as_trained(
+    model, dtype = checkpoint.load_base_as_trained(
         base_path, manifest["config"], attn_implementation="sdpa", dequantize=True, gpu=False
     )
     if any("Linear4bit" in type(m).__name__ for m in model.modules()):
@@ -104,7 +98,7 @@ def _base_name(name: str | None) -> str | None:
 
 def export_info(adapter: Path, manifest: dict, *, dtype, stops: list[int]) -> dict:
     """What the export came from, with names and digests only (never a machine path)."""
-    digest = checkpoint_digest(adapter)
+    digest = checkpoint.checkpoint_digest(adapter)
     bm = manifest["base_model"]
     return {
         "version": EXPORT_VERSION,
@@ -147,13 +141,13 @@ def export(
     from data_prep.manifest import build_manifest, staged_output, write_manifest
 
     adapter = Path(adapter)
-    manifest = read_checkpoint(adapter)
-    base_path = base_model_path(adapter, manifest, base)
+    manifest = checkpoint.read_checkpoint(adapter)
+    base_path = checkpoint.base_model_path(adapter, manifest, base)
     tokenizer = AutoTokenizer.from_pretrained(str(adapter), trust_remote_code=False)
     if not tokenizer.chat_template:
         raise CheckpointError(f"{adapter}: the checkpoint's tokenizer has no chat template")
     model, dtype = merged_model(adapter, manifest, base_path)
-    stops = stop_token_ids(tokenizer, model)
+    stops = checkpoint.stop_token_ids(tokenizer, model)
     model.generation_config.eos_token_id = stops if len(stops) > 1 else stops[0]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     info = export_info(adapter, manifest, dtype=dtype, stops=stops)

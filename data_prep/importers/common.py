@@ -13,7 +13,7 @@ from tqdm import tqdm
 from data_prep.canonical import StrictJSONError, loads_strict
 from data_prep.importers.yaml_lines import LazyLines, json_error_line
 from data_prep.reconcile import expected_label, reconcile
-from data_prep.records import CALL_STATUSES, RecordError, Run
+from data_prep.records import CALL_STATUSES, LineError, RecordError, Run
 from data_prep.synth.corpus import MANIFEST_SCHEMA, CaseStats, RunStats
 from data_prep.synth.output import (
     CASE_DIR,
@@ -37,18 +37,21 @@ class Accepted:
     gold_label: str | None = None
 
 
-@dataclass(frozen=True)
-class Rejected:
-    source: str
-    line: int
-    field: str
-    problem: str
+@dataclass(frozen=True, slots=True)
+class Rejected(LineError):
+    """A record the import refused: ``source:line: field: problem`` (a LineError of an input file)."""
 
-    def __str__(self) -> str:
-        return f"{self.source}:{self.line}: {self.field}: {self.problem}"
+    @property
+    def source(self) -> str:
+        return self.path
+
+    @classmethod
+    def of(cls, err: LineError) -> Rejected:
+        """A line the JSONL reader (or a record check) refused."""
+        return cls(err.path, err.line, err.field, err.problem)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "line": self.line, "field": self.field, "problem": self.problem}
+        return {"source": self.path, "line": self.line, "field": self.field, "problem": self.problem}
 
 
 Item = Accepted | Rejected

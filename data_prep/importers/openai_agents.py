@@ -25,7 +25,6 @@ Declared tools: the agent spans' ``tools``. Other span types are counted in the 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,7 +34,13 @@ from typing import Any
 
 from data_prep.importers.common import Accepted, Item, Problem, Rejected, trace_items
 from data_prep.importers.labeller import Labeller
-from data_prep.importers.traces import TraceCall, build_trace_run, function_tool, parse_json_arguments
+from data_prep.importers.traces import (
+    TraceCall,
+    build_trace_run,
+    function_tool,
+    parse_json_arguments,
+    parse_json_result,
+)
 from data_prep.importers.yaml_lines import LazyLines
 
 TRACE_OBJECT = "trace"
@@ -135,22 +140,13 @@ def _span(item: dict, w: str, lines: LazyLines, order: int) -> Span:
     return Span(w, lines, order, _time(item.get("started_at"), f"{w}.started_at"), sid, data, err)
 
 
-def _result(output: Any) -> Any:
-    if isinstance(output, str):
-        try:
-            return json.loads(output)
-        except ValueError:
-            return output
-    return output
-
-
 def _call(span: Span) -> TraceCall:
     d, w = span.data, f"{span.token}.span_data"
     if not isinstance(d.get("name"), str) or not d["name"]:
         raise Problem(f"{w}.name", "a function span without a tool name")
     args = d.get("input")
     arguments = parse_json_arguments({} if args in (None, "") else args, f"{w}.input")
-    result = _result(d.get("output"))
+    result = parse_json_result(d.get("output"))
     if span.error is not None and result is None:
         result = {
             "error": {k: v for k, v in span.error.items() if k in ("message", "data") and v is not None}
@@ -217,7 +213,6 @@ def convert_trace(trace: Trace, labeller: Labeller, source: str) -> tuple[dict, 
     return build_trace_run(
         run_id=f"openai-agents-{trace.trace_id}",
         workflow_id=workflow or (agents[0] if agents else DEFAULT_WORKFLOW),
-        domain="other",
         messages=_messages(spans),
         tools=_tools(spans),
         calls=calls,

@@ -30,7 +30,13 @@ from typing import Any
 
 from data_prep.importers.common import Accepted, Item, Problem, Rejected, trace_items
 from data_prep.importers.labeller import Labeller
-from data_prep.importers.traces import TraceCall, build_trace_run, function_tool, parse_json_arguments
+from data_prep.importers.traces import (
+    TraceCall,
+    build_trace_run,
+    function_tool,
+    parse_json_arguments,
+    parse_json_result,
+)
 from data_prep.importers.yaml_lines import LazyLines
 
 TOOL_OPERATION = "execute_tool"
@@ -192,15 +198,6 @@ def _attr_where(span: Span, key: str) -> str:
     return f"{span.where}.attributes[{key}]"
 
 
-def _result(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except ValueError:
-            return v
-    return v
-
-
 def _call(span: Span, tool: str) -> TraceCall:
     a = span.attrs
     cid = a.get("gen_ai.tool.call.id")
@@ -212,7 +209,7 @@ def _call(span: Span, tool: str) -> TraceCall:
     args = a.get("gen_ai.tool.call.arguments", {})
     where = _attr_where(span, "gen_ai.tool.call.arguments")
     failed = span.error or "error.type" in a
-    result = _result(a.get("gen_ai.tool.call.result"))
+    result = parse_json_result(a.get("gen_ai.tool.call.result"))
     if failed and result is None and "error.type" in a:
         result = {"error": {"type": a["error.type"]}}
     return TraceCall(
@@ -299,7 +296,6 @@ def convert_trace(trace: Trace, labeller: Labeller, source: str) -> tuple[dict, 
     return build_trace_run(
         run_id=f"otel-{trace.trace_id}",
         workflow_id=agent or service or "otel-trace",
-        domain="other",
         messages=_messages(spans),
         tools=_tools(spans),
         calls=calls,

@@ -13,21 +13,17 @@ from pathlib import Path
 from data_prep.importers.common import Accepted, Item, Rejected
 from data_prep.integrity import verify_run
 from data_prep.reconcile import expected_label, reconcile
-from data_prep.records import LineError, RecordError, Run, iter_jsonl
+from data_prep.records import LineError, Run, iter_records
 
 
 def iter_items(paths: list[Path]) -> Iterator[Item]:
     seen: dict[str, str] = {}
     for path in paths:
-        for lineno, value in iter_jsonl(path):
-            if isinstance(value, LineError):
-                yield Rejected(str(path), value.line, value.field, value.problem)
+        for lineno, loaded in iter_records(path, Run.with_dict):
+            if isinstance(loaded, LineError):
+                yield Rejected.of(loaded)
                 continue
-            try:
-                run = Run.from_dict(value)
-            except RecordError as exc:
-                yield Rejected(str(path), lineno, exc.field, exc.problem)
-                continue
+            value, run = loaded
             try:
                 problem = verify_run(run)
                 gold = reconcile(run, check_integrity=False).verdict.label

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep.assemble import assemble_run
+from data_prep.assemble import assemble_run, clean_labels
 from data_prep.importers.common import IMPORTER_VERSION, LOG_TOOL, Problem, finish_run, ledger_entry
 from data_prep.importers.labeller import Labeller
 
@@ -49,6 +49,16 @@ def parse_json_arguments(value: Any, where: str) -> dict:
     return value
 
 
+def parse_json_result(value: Any) -> Any:
+    """A tool result as recorded: JSON text is parsed (both formats may store results so), the rest kept."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def function_tool(name: str, description: str | None = None, parameters: Any = None) -> dict:
     fn: dict[str, Any] = {"name": name}
     if isinstance(description, str) and description:
@@ -62,7 +72,6 @@ def build_trace_run(
     *,
     run_id: str,
     workflow_id: str,
-    domain: str,
     messages: list[dict],
     tools: list[dict],
     calls: list[TraceCall],
@@ -70,8 +79,33 @@ def build_trace_run(
     provenance: dict,
     metadata: dict,
     where: str,
+    domain: str = "other",
 ) -> tuple[dict, str]:
     """A sealed ``ledger-run/v1`` dict and its gold label; raises ``Problem`` naming the field at fault."""
+    ordinary, entries = _split_calls(calls, labeller)
+    if not ordinary:
+        raise Problem(where, "no ordinary tool calls (nothing for an environment ledger to record)")
+    has_logger = bool(entries) or any(t["function"]["name"] == LOG_TOOL for t in tools)
+    return finish_run(
+        assemble_run(
+            run_id=run_id,
+            workflow_id=workflow_id,
+            family=workflow_id,
+            domain=domain,
+            messages=messages,
+            tools=_with_called_tools(tools, ordinary),
+            calls=ordinary,
+            model_ledger=entries if has_logger else None,
+            labels=clean_labels(),
+            teacher=None,
+            provenance={**provenance, "importer_version": IMPORTER_VERSION, "labelling": labeller.describe()},
+            metadata=metadata,
+        )
+    )
+
+
+def _split_calls(calls: list[TraceCall], labeller: Labeller) -> tuple[list[dict], list[dict]]:
+    """The ordinary calls (numbered, classified) and the ``log_action`` entries, in trace order."""
     ordinary: list[dict] = []
     entries: list[dict] = []
     seen: dict[str, str] = {}
@@ -95,26 +129,14 @@ def build_trace_run(
                 "result": c.result,
             }
         )
-    if not ordinary:
-        raise Problem(where, "no ordinary tool calls (nothing for an environment ledger to record)")
+    return ordinary, entries
+
+
+def _with_called_tools(tools: list[dict], ordinary: list[dict]) -> list[dict]:
+    """``tools`` plus, by name, each called tool the log did not declare (the list is extended)."""
     declared = {t["function"]["name"] for t in tools}
-    for c in ordinary:  # a called tool the log did not declare is listed by name
+    for c in ordinary:
         if c["tool"] not in declared:
             declared.add(c["tool"])
             tools.append(function_tool(c["tool"]))
-    has_logger = bool(entries) or LOG_TOOL in declared
-    run = assemble_run(
-        run_id=run_id,
-        workflow_id=workflow_id,
-        family=workflow_id,
-        domain=domain,
-        messages=messages,
-        tools=tools,
-        calls=ordinary,
-        model_ledger=entries if has_logger else None,
-        labels={"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []},
-        teacher=None,
-        provenance={**provenance, "importer_version": IMPORTER_VERSION, "labelling": labeller.describe()},
-        metadata=metadata,
-    )
-    return finish_run(run)
+    return tools

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.assemble import assemble_run
+from data_prep.assemble import assemble_run, clean_labels
 from data_prep.importers.common import (
     IMPORTER_VERSION,
     LOG_TOOL,
@@ -145,7 +145,7 @@ def convert(row: Any, source: str, line: int) -> tuple[dict, str]:
         tools=tools,
         calls=calls,
         model_ledger=entries,
-        labels={"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []},
+        labels=clean_labels(),
         teacher={"writer_model": "reference-trace", "reader_model": None, "verdict": None},
         provenance={
             "source": "workflow-v2",
@@ -311,7 +311,7 @@ def iter_items(paths: list[Path]) -> Iterator[Item]:
     for path in paths:
         for lineno, value in iter_jsonl(path):
             if isinstance(value, LineError):
-                yield Rejected(str(path), value.line, value.field, value.problem)
+                yield Rejected.of(value)
                 continue
             try:
                 run, gold = convert(value, str(path), lineno)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_prep.yaml_config import ConfigError, check_keys, check_value, read_mapping
+from data_prep.yaml_config import ConfigError, check_keys, check_value, option, read_mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "data" / "default.yaml"
@@ -18,80 +18,68 @@ class BuildConfigError(ConfigError):
     pass
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
 @dataclass
 class BuildConfig:
     """How teacher output becomes training data. Every decision it drives is counted in the manifest."""
 
-    heldout_families: list[str] = field(
-        default_factory=list, metadata=_help("workflow families never used for train or validation")
+    heldout_families: list[str] = option(
+        factory=list,
+        help="workflow families never used for train or validation",
     )
-    heldout_case_families: list[str] = field(
-        default_factory=list, metadata=_help("policy-case families never used for train or validation")
+    heldout_case_families: list[str] = option(
+        factory=list,
+        help="policy-case families never used for train or validation",
     )
-    validation_fraction: float = field(
-        default=0.05, metadata=_help("share of in-family examples for validation")
+    validation_fraction: float = option(0.05, "share of in-family examples for validation")
+    seed: int = option(0, "seed of the validation assignment")
+    writer_min_agreement: float = option(
+        1.0,
+        "writer filter: teacher ledger content agreement must reach this",
     )
-    seed: int = field(default=0, metadata=_help("seed of the validation assignment"))
-    writer_min_agreement: float = field(
-        default=1.0, metadata=_help("writer filter: teacher ledger content agreement must reach this")
+    writer_min_compliance: float = option(
+        1.0,
+        "writer filter: teacher ledger protocol compliance must reach this",
     )
-    writer_min_compliance: float = field(
-        default=1.0, metadata=_help("writer filter: teacher ledger protocol compliance must reach this")
+    writer_require_verdict_match: bool = option(
+        True,
+        "writer filter: the teacher reader's label on the ledger must equal gold",
     )
-    writer_require_verdict_match: bool = field(
-        default=True,
-        metadata=_help("writer filter: the teacher reader's label on the ledger must equal gold"),
+    reader_require_label_match: bool = option(
+        True,
+        "reader filter: the teacher's verdict label must equal gold",
     )
-    reader_require_label_match: bool = field(
-        default=True, metadata=_help("reader filter: the teacher's verdict label must equal gold")
+    reader_require_cited_match: bool = option(
+        True,
+        "reader filter: cited call ids must equal the gold call ids",
     )
-    reader_require_cited_match: bool = field(
-        default=True, metadata=_help("reader filter: cited call ids must equal the gold call ids")
+    sanitizer_packs: list[str] = option(
+        factory=lambda: ["reasoning", "secrets"],
+        help="packs applied to every turn of every rendered example (with writer_text_packs)",
     )
-    sanitizer_packs: list[str] = field(
-        default_factory=lambda: ["reasoning", "secrets"],
-        metadata=_help("packs applied to every turn of every rendered example (with writer_text_packs)"),
+    writer_text_packs: list[str] = option(
+        factory=lambda: ["leakage"],
+        help="packs whose rules name the turns they apply to (leakage: every turn but system prompts "
+        "and readers' answers); joined with sanitizer_packs into the one rule set",
     )
-    writer_text_packs: list[str] = field(
-        default_factory=lambda: ["leakage"],
-        metadata=_help(
-            "packs whose rules name the turns they apply to (leakage: every turn but system prompts "
-            "and readers' answers); joined with sanitizer_packs into the one rule set"
-        ),
+    pii_modes: dict[str, str] = option(
+        factory=dict,
+        help="per personal-data class (email, iban, phone, card, person_name): redact | pseudonymize | "
+        "keep; a class not named is pseudonymized",
     )
-    pii_modes: dict[str, str] = field(
-        default_factory=dict,
-        metadata=_help(
-            "per personal-data class (email, iban, phone, card, person_name): redact | pseudonymize | "
-            "keep; a class not named is pseudonymized"
-        ),
+    pseudonym_key_file: str = option(
+        "",
+        "secret key file for pseudonymization (else $LEDGERWRIGHT_PSEUDONYM_KEY_FILE, else a key "
+        "derived from the corpus bytes); the key is never written to any output",
     )
-    pseudonym_key_file: str = field(
-        default="",
-        metadata=_help(
-            "secret key file for pseudonymization (else $LEDGERWRIGHT_PSEUDONYM_KEY_FILE, else a key "
-            "derived from the corpus bytes); the key is never written to any output"
-        ),
+    near_dup_threshold: float = option(
+        0.95,
+        "Jaccard similarity (MinHash estimate) at or above which examples are near-duplicates",
     )
-    near_dup_threshold: float = field(
-        default=0.95,
-        metadata=_help(
-            "Jaccard similarity (MinHash estimate) at or above which examples are near-duplicates"
-        ),
-    )
-    minhash_perm: int = field(default=64, metadata=_help("MinHash permutations (bands x rows)"))
-    minhash_bands: int = field(default=16, metadata=_help("LSH bands"))
-    shingle_bytes: int = field(
-        default=24, metadata=_help("bytes per shingle (UTF-8 windows of the conversation)")
-    )
-    prompts_dir: str = field(
-        default="configs/prompts", metadata=_help("system prompt files, relative to the repo")
-    )
-    preview_rows: int = field(default=20, metadata=_help("rows per task written to preview JSONL"))
+    minhash_perm: int = option(64, "MinHash permutations (bands x rows)")
+    minhash_bands: int = option(16, "LSH bands")
+    shingle_bytes: int = option(24, "bytes per shingle (UTF-8 windows of the conversation)")
+    prompts_dir: str = option("configs/prompts", "system prompt files, relative to the repo")
+    preview_rows: int = option(20, "rows per task written to preview JSONL")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

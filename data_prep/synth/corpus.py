@@ -10,6 +10,7 @@ from typing import Any
 from tqdm import tqdm
 
 from data_prep.integrity import seal_run
+from data_prep.policy_case import REQUEST_DIMENSIONS
 from data_prep.records import SABOTAGE_TYPES, VERDICT_LABELS
 from data_prep.synth.config import (
     GENERATOR_NAME,
@@ -22,7 +23,7 @@ from data_prep.synth.config import (
 from data_prep.synth.episode import build_run, make_context
 from data_prep.synth.families import FAMILY_REGISTRY
 from data_prep.synth.output import CASE_DIR, RUN_DIR, prepare_out_dir, write_manifest, write_shards
-from data_prep.synth.policy_gen import DIMENSIONS, build_case
+from data_prep.synth.policy_gen import build_case
 
 MANIFEST_SCHEMA = "ledgerwright-manifest/v1"
 
@@ -108,7 +109,7 @@ class CaseStats:
         self.family: Counter[str] = Counter(dict.fromkeys(families or [], 0))
         self.errors: Counter[str] = Counter(dict.fromkeys(MEMORY_ERRORS, 0))
         self.probes = 0
-        self.dims: Counter[str] = Counter(dict.fromkeys(DIMENSIONS, 0))
+        self.dims: Counter[str] = Counter(dict.fromkeys(REQUEST_DIMENSIONS, 0))
         self.turns = 0
 
     def add(self, case: dict) -> dict:

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 
 import data_prep.synth.hazards as hz
-from data_prep.assemble import assemble_run
+from data_prep.assemble import assemble_run, clean_labels
 from data_prep.reconcile import Reconciliation, expected_label, reconcile, salient_values
 from data_prep.records import Run
 from data_prep.synth.config import (
@@ -374,7 +374,7 @@ def _writer_ledger(
 ) -> tuple[list[dict], dict, dict]:
     """The teacher writer's ledger, then sabotage and honest mistakes: (ledger, labels, sabotage detail)."""
     entries = {c.call_id: _entry(fam, c, rng) for c in calls}
-    labels = {"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []}
+    labels = clean_labels()
     extra: list[dict] = []
     detail: dict = {}
     targets: list[str] = []

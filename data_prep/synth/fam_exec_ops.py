@@ -12,6 +12,8 @@ from data_prep.synth.world import (
     P,
     Step,
     ToolSpec,
+    expect_id,
+    found,
     hex_id,
     money,
     num_id,
@@ -166,8 +168,7 @@ class ExecutiveCalendarRecovery(Family):
         }
 
     def _cal(self, st, cid):
-        if cid != st["calendar_id"]:
-            raise CallError("not_found", f"no calendar {cid}")
+        expect_id(cid, st["calendar_id"], "calendar")
 
     def _event(self, st, eid, status="active"):
         ev = st["events"].get(eid)
@@ -517,14 +518,10 @@ class TravelRebooking(Family):
         }
 
     def _booking(self, st, bid):
-        if bid != st["booking_id"]:
-            raise CallError("not_found", f"no booking {bid}")
+        expect_id(bid, st["booking_id"], "booking")
 
     def _flight(self, st, fid):
-        f = st["flights"].get(fid)
-        if f is None:
-            raise CallError("not_found", f"no flight {fid}")
-        return f
+        return found(st["flights"], fid, "flight")
 
     def h_get_booking(self, st, a):
         self._booking(st, a["booking_id"])

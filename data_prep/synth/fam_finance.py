@@ -11,6 +11,7 @@ from data_prep.synth.world import (
     P,
     Step,
     ToolSpec,
+    expect_id,
     hex_id,
     money,
     num_id,
@@ -575,8 +576,7 @@ class ExpenseReimbursementAudit(Family):
         }
 
     def _report(self, st, report_id):
-        if report_id != st["report_id"]:
-            raise CallError("not_found", f"no expense report {report_id}")
+        expect_id(report_id, st["report_id"], "expense report")
 
     def _line(self, st, line_no):
         for line in st["lines"]:

@@ -9,6 +9,8 @@ from data_prep.synth.world import (
     P,
     Step,
     ToolSpec,
+    expect_id,
+    found,
     hex_id,
     num_id,
     other_id,
@@ -130,14 +132,10 @@ class VendorSecurityReview(Family):
         }
 
     def _vendor(self, st, vid):
-        if vid != st["vendor_id"]:
-            raise CallError("not_found", f"no vendor {vid}")
+        expect_id(vid, st["vendor_id"], "vendor")
 
     def _doc(self, st, did):
-        d = st["docs"].get(did)
-        if d is None:
-            raise CallError("not_found", f"no document {did}")
-        return d
+        return found(st["docs"], did, "document")
 
     def _control(self, st, cid):
         c = st["controls"].get(cid)
@@ -171,8 +169,7 @@ class VendorSecurityReview(Family):
         return {"doc_id": a["doc_id"], "title": d["title"], "pages": 12 + len(d["title"]) % 30}
 
     def _review(self, st, rid):
-        if rid != st["review_id"]:
-            raise CallError("not_found", f"no review {rid}")
+        expect_id(rid, st["review_id"], "review")
 
     def h_record_finding(self, st, a):
         self._review(st, a["review_id"])
@@ -423,8 +420,7 @@ class AccessRequestProvisioning(Family):
         }
 
     def _request(self, st, rid):
-        if rid != st["request_id"]:
-            raise CallError("not_found", f"no access request {rid}")
+        expect_id(rid, st["request_id"], "access request")
 
     def h_get_access_request(self, st, a):
         self._request(st, a["request_id"])

@@ -8,6 +8,8 @@ from data_prep.synth.world import (
     P,
     Step,
     ToolSpec,
+    expect_id,
+    found,
     hex_id,
     num_id,
     other_id,
@@ -130,14 +132,10 @@ class ProductionOutageCoordination(Family):
         }
 
     def _incident(self, st, iid):
-        if iid != st["incident_id"]:
-            raise CallError("not_found", f"no incident {iid}")
+        expect_id(iid, st["incident_id"], "incident")
 
     def _alert(self, st, aid):
-        al = st["alerts"].get(aid)
-        if al is None:
-            raise CallError("not_found", f"no alert {aid}")
-        return al
+        return found(st["alerts"], aid, "alert")
 
     def h_get_incident(self, st, a):
         self._incident(st, a["incident_id"])
@@ -416,18 +414,13 @@ class DeployRollbackReview(Family):
         }
 
     def _service(self, st, svc):
-        if svc != st["service"]:
-            raise CallError("not_found", f"no service {svc}")
+        expect_id(svc, st["service"], "service")
 
     def _deploy(self, st, did):
-        d = st["deploys"].get(did)
-        if d is None:
-            raise CallError("not_found", f"no deploy {did}")
-        return d
+        return found(st["deploys"], did, "deploy")
 
     def _ticket(self, st, tid):
-        if tid != st["ticket_id"]:
-            raise CallError("not_found", f"no change ticket {tid}")
+        expect_id(tid, st["ticket_id"], "change ticket")
 
     def h_list_deploys(self, st, a):
         self._service(st, a["service"])

@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from data_prep.oracle import DECLINE, EXECUTE, decide, gold_memory_from_events, memory_decide, parse_time
+from data_prep.policy_case import CASE_SCHEMA, REQUEST_DIMENSIONS
 from data_prep.synth.config import GENERATOR_NAME, GENERATOR_VERSION, MEMORY_ERRORS, SynthConfig
 from data_prep.synth.rng import derive_rng, iso, seeded_time
-
-CASE_SCHEMA = "policy-case/v1"
-DIMENSIONS = ("amount", "time", "category", "vendor", "grantee", "action")
 
 
 @dataclass(frozen=True)
@@ -565,7 +563,7 @@ def _probe_time(rng: random.Random, lo: datetime, hi: datetime) -> str:
 
 def _probes(rng: random.Random, fam: PolicyFamily, case: dict, gold: list[dict], end: datetime) -> list[dict]:
     out = []
-    for n, dim in enumerate(DIMENSIONS):
+    for n, dim in enumerate(REQUEST_DIMENSIONS):
         rec = gold[n % len(gold)]
         start = max(end, parse_time(rec["valid_from"])) + timedelta(hours=1)
         until = parse_time(rec["valid_until"])

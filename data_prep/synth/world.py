@@ -23,6 +23,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from data_prep.records import pick
+
 REJECT_CODES = ("permission_denied", "invalid_argument", "policy_block")
 FAIL_CODES = ("not_found", "conflict", "unavailable")
 
@@ -41,6 +43,20 @@ class CallError(Exception):
     @property
     def status(self) -> str:
         return "rejected" if self.code in REJECT_CODES else "failed"
+
+
+def found(table: dict, key: Any, what: str) -> Any:
+    """``table[key]``, or the not_found error a real API gives for an id it does not know."""
+    item = table.get(key)
+    if item is None:
+        raise CallError("not_found", f"no {what} {key}")
+    return item
+
+
+def expect_id(given: Any, known: Any, what: str) -> None:
+    """The not_found error for an id other than the one record of its kind in this world."""
+    if given != known:
+        raise CallError("not_found", f"no {what} {given}")
 
 
 @dataclass(frozen=True)
@@ -168,15 +184,8 @@ class Executed:
     error_message: str | None = None
 
     def as_call(self) -> dict:
-        return {
-            "seq": self.seq,
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "status": self.status,
-            "policy_class": self.policy_class,
-            "result": self.result,
-        }
+        """The call as ``assemble_run`` takes it."""
+        return pick(self, ("seq", "call_id", "tool", "arguments", "status", "policy_class", "result"))
 
 
 class Family:

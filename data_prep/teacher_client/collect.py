@@ -47,7 +47,7 @@ from data_prep.integrity import seal_run, verify_run
 from data_prep.manifest import build_manifest, check_manifest, require_sealed, sha256_file, write_manifest
 from data_prep.oracle import record_fields
 from data_prep.policy_case import iter_policy_case_file, validate_policy_case, validate_record
-from data_prep.records import LineError, RecordError, Run, iter_jsonl
+from data_prep.records import LineError, RecordError, Run, iter_records
 from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_memory, parse_verdict
 from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action, render_writer_memory
 from data_prep.sft.sanitize import ExampleSanitizer, PseudonymKeyError, resolve_key
@@ -473,16 +473,12 @@ def iter_input_runs(files: list[Path], corpus: Path, intake: Intake) -> Iterator
     seen: dict[str, str] = {}
     for path in files:
         rel = path.relative_to(corpus).as_posix()
-        for lineno, value in iter_jsonl(path):
+        for lineno, loaded in iter_records(path, Run.with_dict):
             intake.n += 1
-            if isinstance(value, LineError):
-                intake.reject(rel, lineno, value.field, value.problem, "invalid_record")
+            if isinstance(loaded, LineError):
+                intake.reject(rel, lineno, loaded.field, loaded.problem, "invalid_record")
                 continue
-            try:
-                run = Run.from_dict(value)
-            except RecordError as exc:
-                intake.reject(rel, lineno, exc.field, exc.problem, "invalid_record")
-                continue
+            value, run = loaded
             if run.run_id in seen:
                 intake.reject(
                     rel,

@@ -19,20 +19,8 @@ def run(*args, cwd):
 def test_script_writes_corpus_and_is_deterministic(tmp_path):
     preset = tmp_path / "preset.yaml"
     preset.write_text("runs: 12\nshard_size: 5\nhazard_rates: {email: 0.5}\n")
-    a = run(
-        "--out",
-        str(tmp_path / "a"),
-        "--config",
-        str(preset),
-        "--policy-cases",
-        "3",
-        "--seed",
-        "4",
-        "--sabotage-rates",
-        "late=0.3",
-        "--quiet",
-        cwd=tmp_path,
-    )
+    flags = ("--config", str(preset), "--policy-cases", "3", "--seed", "4", "--sabotage-rates", "late=0.3")
+    a = run("--out", str(tmp_path / "a"), *flags, "--quiet", cwd=tmp_path)
     assert a.returncode == 0, a.stderr
     assert "wrote 12 runs and 3 policy cases" in a.stdout
     m = json.loads((tmp_path / "a" / "manifest.json").read_text())
@@ -44,20 +32,7 @@ def test_script_writes_corpus_and_is_deterministic(tmp_path):
         "runs/runs-00001.jsonl",
         "runs/runs-00002.jsonl",
     ]
-    b = run(
-        "--out",
-        str(tmp_path / "b"),
-        "--config",
-        str(preset),
-        "--policy-cases",
-        "3",
-        "--seed",
-        "4",
-        "--sabotage-rates",
-        "late=0.3",
-        "--quiet",
-        cwd=tmp_path,
-    )
+    b = run("--out", str(tmp_path / "b"), *flags, "--quiet", cwd=tmp_path)
     assert b.returncode == 0
     for rel in m["files"]:
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from interrupt import kill_after_lines
 
 from data_prep.assemble import describe_call
 from data_prep.policy_case import validate_policy_case
@@ -404,12 +405,7 @@ def test_killed_collection_resumes_to_identical_bytes_without_repeating_requests
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         cache = res / "teacher_cache" / "cache.jsonl"
-        deadline = time.time() + 60
-        while time.time() < deadline and proc.poll() is None:
-            if cache.is_file() and cache.read_bytes().count(b"\n") >= 12:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.01)
+        kill_after_lines(proc, cache, 12, timeout=60, poll=0.01)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL, "the collection finished before it could be killed"
         assert not (res / "manifest.json").exists()

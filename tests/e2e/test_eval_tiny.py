@@ -13,25 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from interrupt import kill_after_lines
+from tiny_settings import TEST_TINY as TINY
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = {
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "sliding_window": 64,
-    "pretrain_steps": 20,
-    "pretrain_batch_size": 4,
-    "pretrain_seq_len": 128,
-}
 ENV = {
     **os.environ,
     "HF_HUB_OFFLINE": "1",
@@ -140,12 +128,7 @@ def test_sabotage_eval_on_tiny_checkpoints_with_resume(world):
     p = subprocess.Popen([sys.executable, *_sabotage_args(world, res)], cwd=REPO, env=ENV,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     items_path = res / "items.jsonl"
-    deadline = time.time() + 600
-    while time.time() < deadline and p.poll() is None:
-        if items_path.is_file() and items_path.read_text().count("\n") >= 1:
-            p.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.05)
+    kill_after_lines(p, items_path, 1, timeout=600, poll=0.05)
     p.wait(timeout=60)
     assert p.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
     assert not (res / "summary.json").exists()

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from task_runner_cli import task_argv
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "slurm"))
@@ -44,17 +45,7 @@ def cache_env() -> dict[str, str]:
 def run_task(index: Path, env: dict, log: Path) -> subprocess.Popen:
     fh = open(log, "w")  # noqa: SIM115 - closed when the test ends
     return subprocess.Popen(
-        [
-            sys.executable,
-            "slurm/task_runner.py",
-            "train",
-            "--index",
-            str(index),
-            "--task",
-            "0",
-            "--grace",
-            "60",
-        ],
+        task_argv("train", index, "--grace", "60"),
         cwd=REPO,
         env=env,
         stdout=fh,

@@ -3,8 +3,16 @@ by conftest.py): a small hand-built run corpus, synthetic policy cases and scrip
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from runfactory import calls, run_dict
 
@@ -91,3 +99,54 @@ def default_responder(msgs: list[dict], task: str, adapter: bool) -> str:
     if task == "writer_memory":
         return '{"records": []}'
     return '{"decision": "decline"}'
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def scripted_config(cls: type, out: Path, **fields):
+    """An evaluation config for scripted backends: quick bootstrap, small chunks, no progress bar, and
+    no base-model rows (the writer-mechanics tests count adapter calls; base rows have tests of their own)."""
+    base = dict(
+        limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4, base_writer=False
+    )
+    return cls(**{**base, **fields})
+
+
+def start_serve(
+    model: Path, log: Path, *flags: str, timeout: float = 120, env: dict | None = None
+) -> tuple[subprocess.Popen, str]:
+    """eval/serve.py on a free port, one thread; returns the process and its URL once it serves."""
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **(env or {})}
+    argv = [sys.executable, "eval/serve.py", "--model", str(model), "--port", "0", "--threads", "1", *flags]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith("serving "):
+                return proc, line.split(" at ", 1)[1].strip()
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
+
+
+def stop_serve(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, as a scheduler stops it; killed if it has not exited within ``timeout`` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def train_fixtures():
+    """The train tests' SFT fixture and tiny settings (tests/train/conftest.py), loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "lw_train_fixtures", REPO / "tests" / "train" / "conftest.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from evalkit import scripted_config
 
 from data_prep.importer import main as importer_main
 from data_prep.oracle import gold_memory_from_events
-from data_prep.policy_case import iter_policy_case_file
+from data_prep.policy_case import REQUEST_DIMENSIONS, iter_policy_case_file
 from data_prep.sft.render import memory_answer, policy_history_text
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.memory_score import check_memory, score_memory
@@ -19,12 +20,7 @@ from eval.sources import load_cases
 
 
 def _cfg(cases, out, **kw):
-    base = dict(
-        cases=str(cases), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4,
-        base_writer=False,  # the writer-mechanics tests count adapter calls; base rows have tests of their own
-    )
-    base.update(kw)
-    return PolicyConfig(**base)
+    return scripted_config(PolicyConfig, out, cases=str(cases), **kw)
 
 
 def _items(out):
@@ -63,14 +59,7 @@ def test_rules_executor_baselines(cases_file, cases_list, tmp_path):
     assert none["authorized_use"]["value"] == 0.0 and not none["calibrated"]
     assert s["memory"]["no_memory"]["errors"]["missing_record"]["cases"]["value"] == 1.0
     assert s["conditions"]["teacher_memory"] is not None
-    assert set(s["conditions"]["writer"]["per_dimension"]) <= {
-        "amount",
-        "time",
-        "category",
-        "vendor",
-        "grantee",
-        "action",
-    }
+    assert set(s["conditions"]["writer"]["per_dimension"]) <= set(REQUEST_DIMENSIONS)
     it = _items(out)[0]
     w = it["conditions"]["writer"]
     assert w["memory_status"] == "valid" and w["memory_digest"].startswith("sha256:")

@@ -4,19 +4,14 @@ what the reader sees, baselines, outputs and resume."""
 import json
 
 import pytest
-from evalkit import default_responder, faithful_entry_text
+from evalkit import default_responder, faithful_entry_text, scripted_config
 
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.sabotage_eval import SabotageConfig, run_sabotage
 
 
 def _cfg(runs_file, out, **kw):
-    base = dict(
-        runs=str(runs_file), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4,
-        base_writer=False,  # the writer-mechanics tests count adapter calls; base rows have tests of their own
-    )
-    base.update(kw)
-    return SabotageConfig(**base)
+    return scripted_config(SabotageConfig, out, runs=str(runs_file), **kw)
 
 
 def _items(out):

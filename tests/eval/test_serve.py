@@ -4,13 +4,7 @@ the collection without a single new request."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import select
-import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -18,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from evalkit import start_serve, stop_serve, train_fixtures
 
 from eval.chat_model import Generation, PromptTooLong
 from eval.chat_server import ChatServer
@@ -140,35 +135,6 @@ def test_the_teacher_client_talks_to_it(stub_server):
 
 
 # ---- end to end on the tiny default ---------------------------------------------------------------------
-def _train_fixtures():
-    """The train tests' SFT fixture and tiny settings (tests/train/conftest.py), loaded by path."""
-    spec = importlib.util.spec_from_file_location(
-        "lw_train_fixtures", REPO / "tests" / "train" / "conftest.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _start_server(base: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "eval/serve.py", "--model", str(base), "--port", "0", "--threads", "1"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
-    )  # fmt: skip
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("serving "):
-                return proc, line.split(" at ", 1)[1].strip()
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
-
-
 def _posts(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("POST /v1/chat/completions"))
 
@@ -178,7 +144,7 @@ def tiny_base(tmp_path_factory) -> Path:
     from train.config import TinyBaseConfig
     from train.tiny import ensure_tiny_base
 
-    fx = _train_fixtures()
+    fx = train_fixtures()
     root = tmp_path_factory.mktemp("serve-tiny")
     return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", TinyBaseConfig(**fx.TEST_TINY))
 
@@ -223,7 +189,7 @@ def test_serve_tiny_then_collect_build_and_rerun_without_requests(tiny_base, tmp
     decoding.write_text("max_tokens: {writer_action: 8, reader_verdict: 8, writer_memory: 12}\n")
 
     log = tmp_path / "serve.log"
-    proc, url = _start_server(base, log)
+    proc, url = start_serve(base, log)
     try:
         status, models = _call(url + "/models")
         name = models["data"][0]["id"]
@@ -280,11 +246,7 @@ def test_serve_tiny_then_collect_build_and_rerun_without_requests(tiny_base, tmp
         assert r["roles"]["reader"]["items"] == 6 and r["roles"]["reader"]["skipped"] == 0
         assert r["calls"]["total"] == 6 and _posts(log) == posts + 6
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc, timeout=20)
     assert "stopped after" in log.read_text()
 
 

@@ -5,29 +5,14 @@ tests/train/test_export.py.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import select
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from evalkit import start_serve, stop_serve, train_fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def _train_fixtures():
-    spec = importlib.util.spec_from_file_location(
-        "lw_train_fixtures_x", REPO / "tests" / "train" / "conftest.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +20,7 @@ def tiny_base(tmp_path_factory) -> Path:
     from train.config import TinyBaseConfig
     from train.tiny import ensure_tiny_base
 
-    fx = _train_fixtures()
+    fx = train_fixtures()
     root = tmp_path_factory.mktemp("tiny")
     # without the copy circuit: its raised output gain makes a 20-step base end every turn at once, and
     # these tests compare the text two backends generate, which must not be empty
@@ -43,32 +28,12 @@ def tiny_base(tmp_path_factory) -> Path:
     return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", cfg)
 
 
-def _start_server(base: Path, ckpt: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "eval/serve.py", "--model", str(base), "--port", "0", "--threads", "1",
-         "--served-model-name", "base", "--lora-modules", f"writer={ckpt}"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
-    )  # fmt: skip
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("serving "):
-                return proc, line.split(" at ", 1)[1].strip()
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"eval/serve.py did not start:\n{log.read_text()[-3000:]}")
-
-
 def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, cases_file):
     from eval.generation import DecodingConfig, TransformersBackend
     from eval.openai_backend import EndpointSettings, OpenAIBackend
     from eval.policy_eval import PolicyConfig, run_policy
 
-    ckpt = _train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
+    ckpt = train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
     decoding = DecodingConfig(
         guard=False, threads=1, max_new_tokens={"writer_memory": 24, "reader_policy": 6}, batch_size=4
     )
@@ -80,7 +45,13 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
         )  # fmt: skip
 
     local = run_policy(cfg("local"), writer=TransformersBackend(ckpt, decoding), decoding=decoding)
-    proc, url = _start_server(tiny_base, ckpt, tmp_path / "serve.log")
+    proc, url = start_serve(
+        tiny_base,
+        tmp_path / "serve.log",
+        *("--served-model-name", "base", "--lora-modules", f"writer={ckpt}"),
+        timeout=180,
+        env={"PYTHONPATH": str(REPO)},
+    )
     try:
         served = OpenAIBackend(
             EndpointSettings(endpoint=url, model="writer", base_model="base", concurrency=2), decoding
@@ -88,11 +59,7 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
         remote = run_policy(cfg("served"), writer=served, decoding=decoding)
         served.close()  # its keep-alive connections end, so the server's workers let go at once
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc, timeout=30)
 
     def answers(out):
         items = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]

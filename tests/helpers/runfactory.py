@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from data_prep.assemble import assemble_run, faithful_entry
+from data_prep.assemble import assemble_run, clean_labels, faithful_entry
 from data_prep.records import Run
 
 CALLS = [
@@ -75,7 +75,7 @@ def run_dict(run_id: str = "run-1", *, call_list: list[dict] | None = None, ledg
         ],
         calls=cl,
         model_ledger=ledger,
-        labels=labels or {"sabotage": False, "type": None, "target_call_ids": [], "writer_errors": []},
+        labels=labels or clean_labels(),
         teacher={
             "writer_model": "scripted-teacher",
             "reader_model": "scripted-reader",

@@ -12,13 +12,13 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import task_runner as tr
+from task_runner_cli import task_argv
 
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3"
@@ -121,19 +121,14 @@ def make_index(tmp_path: Path) -> tuple[Path, Path]:
     return index, out
 
 
+def run_eval(index: Path, env: dict) -> subprocess.CompletedProcess:
+    """One eval array task, to the end."""
+    return subprocess.run(task_argv("eval", index), capture_output=True, text=True, env=env)
+
+
 def runner(index: Path, env: dict, **kw) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "slurm" / "task_runner.py"),
-            "train",
-            "--index",
-            str(index),
-            "--task",
-            "0",
-            "--grace",
-            "5",
-        ],
+        task_argv("train", index, "--grace", "5"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -212,39 +207,13 @@ def test_a_failing_command_is_recorded(tmp_path):
     out = tmp_path / "o"
     index = tmp_path / "eval_index.tsv"
     index.write_text(f"0\tt0\t{out}\tpython -c 'import sys; sys.exit(3)'\n")
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "slurm" / "task_runner.py"),
-            "eval",
-            "--index",
-            str(index),
-            "--task",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-    )
+    res = run_eval(index, clean_env())
     assert res.returncode == 3
     st = json.loads((tmp_path / "status" / "eval-0000.json").read_text())
     assert st["state"] == "failed" and st["attempts"][-1]["rc"] == 3
     # exit 0 without the expected output is a failure too
     index.write_text(f"0\tt0\t{out}\tpython -c 'pass'\n")
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "slurm" / "task_runner.py"),
-            "eval",
-            "--index",
-            str(index),
-            "--task",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-    )
+    res = run_eval(index, clean_env())
     assert res.returncode == 1 and "summary.json missing" in res.stdout
 
 
@@ -255,20 +224,7 @@ def test_threads_follow_the_allocation(tmp_path):
     index.write_text(f"0\tt0\t{out}\tpython -c {json.dumps(code)}\n")
     env = clean_env(SLURM_CPUS_PER_TASK="6")
     env.pop("OMP_NUM_THREADS", None)
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "slurm" / "task_runner.py"),
-            "eval",
-            "--index",
-            str(index),
-            "--task",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    res = run_eval(index, env)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (out / "summary.json").read_text() == "6"
 

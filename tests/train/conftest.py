@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 import pytest
+from tiny_settings import TEST_TINY
 
 for _k, _v in {
     "HF_HUB_OFFLINE": "1",
@@ -241,22 +242,6 @@ def make_sft_fixture(
     return root
 
 
-# Small settings so that every training test takes seconds: a tiny base of 2 layers, brief pretraining.
-TEST_TINY = {
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "sliding_window": 64,
-    "pretrain_steps": 20,
-    "pretrain_batch_size": 4,
-    "pretrain_seq_len": 128,
-}
-
-
 def tiny_flags() -> list[str]:
     out = []
     for k, v in TEST_TINY.items():
@@ -332,3 +317,14 @@ def make_lora_checkpoint(
 def lora_checkpoint():
     """``make_lora_checkpoint``, for tests (this module cannot be imported by name)."""
     return make_lora_checkpoint
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny attention shapes: one thread avoids OpenMP barrier stalls on a shared 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -8,37 +8,19 @@ import types
 
 import pytest
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from tiny_settings import tiny_gemma3_config
+from transformers import Gemma3ForCausalLM
 
 import train.attention as attention
 from train.attention import hf as attention_hf
 from train.attention import reference_attention, resolve_precision
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(impl: str) -> Gemma3ForCausalLM:
     torch.manual_seed(0)
-    cfg = Gemma3TextConfig(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        vocab_size=300,
-        sliding_window=6,
-        layer_types=["sliding_attention", "full_attention"],
-        query_pre_attn_scalar=16,
-        max_position_embeddings=256,
-        attn_implementation=impl,
-    )
+    cfg = tiny_gemma3_config(2, window=6, max_positions=256, attn_implementation=impl)
     return Gemma3ForCausalLM(cfg).float().eval()
 
 

@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from tiny_settings import tiny_gemma3_config
 
 import train.attention as attention
 from train.attention import hf as attention_hf
@@ -26,30 +27,11 @@ GRAD_TOL = 1e-4  # max |diff| / max |grad|, per LoRA tensor
 IMPLS = ["blockwise_fp32_global", "blockwise_fp32"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny shapes: one thread avoids OpenMP barrier stalls on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(impl: str) -> Gemma3TextConfig:
-    return Gemma3TextConfig(
-        hidden_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        vocab_size=300,
-        sliding_window=8,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        query_pre_attn_scalar=16,
-        max_position_embeddings=512,
-        attn_implementation=impl,
-    )
+    return tiny_gemma3_config(4, window=8, max_positions=512, attn_implementation=impl)
 
 
 def model(impl: str, lora: bool = False):

@@ -16,6 +16,8 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is not installed")
 
+from attention_checks import rel_err  # noqa: E402
+
 from train.attention import blockwise_attention, reference_attention, triton_interpret  # noqa: E402
 
 if not triton_interpret():
@@ -31,17 +33,7 @@ MODES = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.detach().double(), ref.detach().double()
-    return float((x - ref).abs().max()) / float(ref.abs().max())
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])

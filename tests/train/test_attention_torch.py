@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_checks import rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,20 +14,7 @@ from train.attention.torch_impl import round_operand
 TOL = 1e-5  # max |x - ref| / max |ref|, fp32 inputs
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny shapes: one thread avoids OpenMP barrier stalls on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|; absolute when the reference is identically zero (e.g. dq at window 1)."""
-    x, ref = x.detach().double(), ref.detach().double()
-    scale = float(ref.abs().max())
-    return float((x - ref).abs().max()) / (scale if scale > 0 else 1.0)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(B, Hq, Hkv, Lq, Lk, D, dtype=torch.float32, seed=0):

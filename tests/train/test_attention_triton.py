@@ -16,6 +16,8 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is not installed (pip install triton==3.9.0)")
 
+from attention_checks import rel_err  # noqa: E402
+
 from train.attention import blockwise_attention, reference_attention, triton_interpret  # noqa: E402
 
 if triton_interpret():
@@ -29,20 +31,7 @@ TOL = 1e-5
 BLOCK = 16  # several tiles at L = 37
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny shapes: one thread avoids OpenMP barrier stalls on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|; absolute when the reference is identically zero."""
-    x, ref = x.detach().double().cpu(), ref.detach().double().cpu()
-    scale = float(ref.abs().max())
-    return float((x - ref).abs().max()) / (scale if scale > 0 else 1.0)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(B, Hq, Hkv, Lq, Lk, D, dtype=torch.float32, seed=0):

@@ -41,18 +41,18 @@ def _tiny_args(tiny_args):
     TINY_ARGS[:] = tiny_args
 
 
+def run_dirs(sft_dir, cache_dir, out) -> list[str]:
+    """The data, cache and output flags every training command here takes."""
+    return ["--data-dir", str(sft_dir), "--cache-dir", str(cache_dir), "--output-dir", str(out)]
+
+
 def _cfg(role, sft_dir, cache_dir, out, *extra):
     from train.config import parse_config
 
     return parse_config(
         role,
         [
-            "--data-dir",
-            str(sft_dir),
-            "--cache-dir",
-            str(cache_dir),
-            "--output-dir",
-            str(out),
+            *run_dirs(sft_dir, cache_dir, out),
             *TINY_ARGS,
             *SMALL,
             *extra,
@@ -290,12 +290,7 @@ def test_ddp_two_processes_keep_identical_parameters(sft_dir, cache_dir, tiny_ba
         "--main_process_port",
         "29617",
         str(REPO / "train/writer.py"),
-        "--data-dir",
-        str(sft_dir),
-        "--cache-dir",
-        str(cache_dir),
-        "--output-dir",
-        str(out),
+        *run_dirs(sft_dir, cache_dir, out),
         *TINY_ARGS,
         *SMALL,
         "--max-steps",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .autograd import attention_function
 from .semantics import Problem
 
 DEFAULT_BLOCK = (1024, 1024)
@@ -159,16 +160,20 @@ def _blocks(p: Problem, block) -> tuple[int, int]:
     return int(block[0]), int(block[1])
 
 
+def _pass_setup(q, kpm, amask, p: Problem, block):
+    """What the forward and backward pass both start from: the compute dtype, the tile sizes, the
+    per-tile masks and q viewed as (B, Hkv, G, Lq, D)."""
+    tiles = _Tiles(p, kpm, amask, q.device)
+    return _compute_dtype(q), _blocks(p, block), tiles, q.unflatten(1, (p.heads_kv, p.groups))
+
+
 def attention_forward(q, k, v, kpm, amask, p: Problem, block=None):
     """Returns (out in q.dtype, lse (B, Hq, Lq) in the compute dtype)."""
     B, Hq, Lq, D = q.shape
     Hkv, G = p.heads_kv, p.groups
     BH = B * Hkv
-    cd = _compute_dtype(q)
-    bm, bn = _blocks(p, block)
+    cd, (bm, bn), tiles, q5 = _pass_setup(q, kpm, amask, p, block)
     prec = p.precision
-    tiles = _Tiles(p, kpm, amask, q.device)
-    q5 = q.unflatten(1, (Hkv, G))
     out = torch.empty(B, Hq, Lq, D, dtype=q.dtype, device=q.device)
     out5 = out.unflatten(1, (Hkv, G))
     lse = torch.empty(B, Hq, Lq, dtype=cd, device=q.device)
@@ -219,11 +224,8 @@ def attention_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=No
     B, Hq, Lq, D = q.shape
     Hkv, G, Lk = p.heads_kv, p.groups, p.len_k
     BH = B * Hkv
-    cd = _compute_dtype(q)
-    bm, bn = _blocks(p, block)
+    cd, (bm, bn), tiles, q5 = _pass_setup(q, kpm, amask, p, block)
     prec = p.precision
-    tiles = _Tiles(p, kpm, amask, q.device)
-    q5 = q.unflatten(1, (Hkv, G))
     do5 = dout.unflatten(1, (Hkv, G))
     delta5 = (dout.to(cd) * out.to(cd)).sum(-1).unflatten(1, (Hkv, G))  # (B, Hkv, G, Lq)
     lse5 = lse.unflatten(1, (Hkv, G))
@@ -276,22 +278,9 @@ def attention_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=No
     return dq, dk, dv
 
 
-class BlockwiseAttentionFunction(torch.autograd.Function):
-    """Saves q, k, v (inputs), the output and the fp32 logsumexp; nothing of size L^2."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, kpm, amask, problem: Problem, block):
-        out, lse = attention_forward(q, k, v, kpm, amask, problem, block)
-        ctx.save_for_backward(q, k, v, out, lse, kpm, amask)
-        ctx.problem = problem
-        ctx.block = block
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, out, lse, kpm, amask = ctx.saved_tensors
-        dq, dk, dv = attention_backward(dout, q, k, v, out, lse, kpm, amask, ctx.problem, ctx.block)
-        return dq, dk, dv, None, None, None, None
+BlockwiseAttentionFunction = attention_function(
+    attention_forward, attention_backward, "BlockwiseAttentionFunction"
+)
 
 
 def blockwise_attention_torch(q, k, v, p: Problem, kpm=None, amask=None, block=None):

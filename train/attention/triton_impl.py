@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .autograd import attention_function
 from .semantics import Problem
 
 _PREC_CODE = {"ieee": 0, "tf32": 1, "bf16": 2}
@@ -801,25 +802,12 @@ def triton_backward(dout, q, k, v, out, lse, kpm, amask, p: Problem, block=None)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-class TritonAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, kpm, amask, problem: Problem, block):
-        if q.dtype == torch.float64:
-            raise TypeError("the triton backend computes in fp32; use backend='torch' for fp64")
-        out, lse = triton_forward(q, k, v, kpm, amask, problem, block)
-        ctx.save_for_backward(q, k, v, out, lse, kpm, amask)
-        ctx.problem = problem
-        ctx.block = block
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, out, lse, kpm, amask = ctx.saved_tensors
-        dq, dk, dv = triton_backward(dout, q, k, v, out, lse, kpm, amask, ctx.problem, ctx.block)
-        return dq, dk, dv, None, None, None, None
+TritonAttentionFunction = attention_function(triton_forward, triton_backward, "TritonAttentionFunction")
 
 
 def blockwise_attention_triton(q, k, v, p: Problem, kpm=None, amask=None, block=None):
+    if q.dtype == torch.float64:
+        raise TypeError("the triton backend computes in fp32; use backend='torch' for fp64")
     return TritonAttentionFunction.apply(q, k, v, kpm, amask, p, block)
 
 
