@@ -53,7 +53,7 @@ from sanitizer.checks import VALIDATORS  # noqa: E402
 from sanitizer.cli import process_stream  # noqa: E402
 from sanitizer.core import _rebuild, hidden_ids  # noqa: E402
 from sanitizer.corpus import bench_corpus  # noqa: E402
-from sanitizer.engine import HIDDEN_ID_PLACEHOLDER  # noqa: E402
+from sanitizer.engine import HIDDEN_ID_PLACEHOLDER, pair_tags  # noqa: E402
 from sanitizer.fieldpath import covered_by_any  # noqa: E402
 from sanitizer.report import Report  # noqa: E402
 
@@ -111,23 +111,9 @@ class SequentialRe:
     def _apply_rule(self, text: str, rule, rx, close, allow, check) -> tuple[str, int, bool]:
         spans = []
         if close is not None:
-            tags = sorted(
-                [(s, e, 1) for s, e in self._spans(rx, text)]
-                + [(s, e, 0) for s, e in self._spans(close, text)]
-            )
-            depth = start = 0
-            for s, e, is_open in tags:
-                if is_open:
-                    start = s if depth == 0 else start
-                    depth += 1
-                elif depth == 0:
-                    spans = [(0, e)]
-                else:
-                    depth -= 1
-                    if depth == 0:
-                        spans.append((start, e))
-            if depth:
-                spans.append((start, len(text)))
+            tags = [(s, e, 1) for s, e in self._spans(rx, text)]
+            tags += [(s, e, 0) for s, e in self._spans(close, text)]
+            spans = pair_tags(tags, len(text))  # the engine's pairing, on the baseline's spans
         else:
             for s, e in self._spans(rx, text):
                 seg = text[s:e]

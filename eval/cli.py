@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from pathlib import Path
 from typing import Any
+
+from train.console import console_logger
 
 
 def setup() -> None:
@@ -18,13 +19,7 @@ def setup() -> None:
         "TOKENIZERS_PARALLELISM": "false",
     }.items():
         os.environ.setdefault(k, v)
-    logger = logging.getLogger("ledgerwright.eval")
-    if not logger.handlers:
-        h = logging.StreamHandler()
-        h.setFormatter(logging.Formatter("[ledgerwright.eval] %(levelname)s %(message)s"))
-        logger.addHandler(h)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    console_logger("ledgerwright.eval", "ledgerwright.eval")
     try:
         import transformers
 

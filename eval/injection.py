@@ -25,7 +25,7 @@ import copy
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from data_prep.reconcile import description_names_values, salient_values
 
@@ -51,12 +51,7 @@ class Injection:
     detail: str = ""
 
     def to_dict(self) -> dict:
-        return {
-            "type": self.type,
-            "requested_type": self.requested_type,
-            "target_call_ids": self.target_call_ids,
-            "detail": self.detail,
-        }
+        return asdict(self)
 
 
 def _u64(*parts: object) -> int:

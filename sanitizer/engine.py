@@ -527,7 +527,13 @@ def block_spans(cr: CompiledRule, b: bytes) -> list[tuple[int, int]]:
     if not tags and cr.close_match(b, 0, len(b)) is None:
         return []
     tags += [(s, e, 0) for s, e in iter_spans(cr.close_match, cr.close_group, b)]
-    tags.sort(key=lambda t: (t[0], -t[2]))
+    return pair_tags(tags, len(b))
+
+
+def pair_tags(tags: list[tuple[int, int, int]], length: int) -> list[tuple[int, int]]:
+    """Spans of paired ``(start, end, is_opening)`` tags in a text of ``length``, as ``block_spans``
+    describes; a tag overlapping the one before it is ignored."""
+    tags = sorted(tags, key=lambda t: (t[0], -t[2]))
     spans: list[tuple[int, int]] = []
     depth, start, last_end = 0, 0, -1
     for s, e, is_open in tags:
@@ -545,7 +551,7 @@ def block_spans(cr: CompiledRule, b: bytes) -> list[tuple[int, int]]:
             if depth == 0:
                 spans.append((start, e))
     if depth > 0:
-        spans.append((start, len(b)))
+        spans.append((start, length))
     return spans
 
 

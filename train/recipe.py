@@ -31,6 +31,7 @@ from typing import Any
 
 from data_prep.embedded import default_cache_dir
 from train.config import TINY, ConfigError, TrainConfig, dump_yaml, report_to_list
+from train.console import console_logger
 
 logger = logging.getLogger("ledgerwright.train")
 
@@ -78,12 +79,7 @@ def check_report_to(report_to: str) -> list[str] | str:
 
 
 def _setup_logging() -> None:
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[ledgerwright] %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    console_logger(logger.name, "ledgerwright")
     import warnings
 
     import transformers
