@@ -47,11 +47,12 @@ def resolve_default(
     need_sft: bool = True,
     checkpoint: Path | None = None,
 ) -> tuple[Path, Path | None]:
-    """(corpus dir, sft dir). Without ``corpus`` and ``sft``: the build ``checkpoint`` was trained on
-    (its manifest's ``dataset.sft_dir``) and that build's corpus, so a writer trained with
-    ``--data-dir X`` is scored on X's held-out families; else the embedded default in the cache, built
-    when absent and ``build`` is true. A corpus named by the user needs its own ``sft`` build when the
-    held-out families are wanted (``need_sft``): the default build's split would not describe it."""
+    """(corpus dir, sft dir). Without ``sft``: the build ``checkpoint`` was trained on (its
+    manifest's ``dataset.sft_dir``) and, unless ``corpus`` names one, that build's corpus, so a writer
+    trained with ``--data-dir X`` is scored on X's held-out families. Without a checkpoint, ``corpus``
+    or ``sft``: the embedded default in the cache, built when absent and ``build`` is true. A corpus
+    named by the user needs its own ``sft`` build when the held-out families are wanted
+    (``need_sft``): the default build's split would not describe it."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     if sft is None and checkpoint is not None:
         corpus, sft = _checkpoint_data(Path(checkpoint), cache, corpus)
