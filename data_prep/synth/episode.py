@@ -23,7 +23,7 @@ from data_prep.synth.config import (
 )
 from data_prep.synth.families import FAMILY_REGISTRY
 from data_prep.synth.rng import derive_rng, weighted_choice
-from data_prep.synth.teacher import describe, read, soften
+from data_prep.synth.scripted_teacher import describe, read, soften
 from data_prep.synth.world import Executed, Family, Step
 
 
