@@ -32,7 +32,6 @@ import dataclasses
 import functools
 import logging
 import re
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -54,7 +53,7 @@ from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, sco
 from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
 from eval.rundir import RunDir, digest_of, jsonable, write_json
 from eval.sources import SourceError, heldout_families, load_cases, resolve_default
-from eval.workers import run_chunks, worker_count
+from eval.workers import resume_and_run
 
 logger = logging.getLogger("ledgerwright.eval")
 
@@ -688,34 +687,14 @@ def run_policy(
     chunk = cfg.chunk_size or decoding.batch_size
     digests = {c["case_id"]: item_digest(c, cfg, models, prompts, chunk) for c in cases}
     rd = RunDir(Path(cfg.out).expanduser(), resume=cfg.resume)
-    done = {c["case_id"]: rd.reusable(c["case_id"], digests[c["case_id"]]) for c in cases}
-    pending = [c for c in cases if done[c["case_id"]] is None]
-    reused = len(cases) - len(pending)
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=len(cases),
-        initial=reused,
-        desc="policy-reuse eval",
-        unit="case",
-        disable=not cfg.progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
-    chunks = [pending[start : start + chunk] for start in range(0, len(pending), chunk)]
     task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, digests=digests)
-    workers = worker_count(decoding, len(chunks), backends_given=given)
-    if workers > 1:
-        logger.info("policy-reuse eval: %d chunks on %d worker processes", len(chunks), workers)
-    for recs in run_chunks(
-        task, chunks, models=models, workers=workers, build=build_models, build_args=(cfg, decoding)
-    ):
-        rd.append(recs)
-        for r in recs:
-            done[r["id"]] = r
-        bar.update(len(recs))
-    bar.close()
-    items = [done[c["case_id"]] for c in cases]
+    done = resume_and_run(
+        cases, [c["case_id"] for c in cases], digests, rd, task,
+        chunk=chunk, decoding=decoding, models=models, backends_given=given,
+        build=build_models, build_args=(cfg, decoding),
+        desc="policy-reuse eval", unit="case", progress=cfg.progress,
+    )  # fmt: skip
+    items = done.records
     rd.finalize_items(items)
     executor_label = (
         "rules" if cfg.executor == "rules" else ("base" if cfg.executor == "base" else str(cfg.executor))
@@ -745,8 +724,8 @@ def run_policy(
         decoding={**decoding.to_dict(), "digest": decoding.digest()},
         counts={
             "items": len(items),
-            "reused": reused,
-            "computed": len(pending),
+            "reused": done.reused,
+            "computed": done.computed,
             "stale_records": rd.stale,
             "unreadable_lines": rd.unreadable,
             "incomplete_chunk_records": rd.incomplete,
@@ -755,7 +734,7 @@ def run_policy(
             "version": EVAL_VERSION,
             "prompts": prompts.digests,
             "wall_seconds": round(time.time() - t0, 1),
-            "items_per_second": round(len(pending) / max(time.time() - t0, 1e-9), 4),
+            "items_per_second": round(done.computed / max(time.time() - t0, 1e-9), 4),
         },
     )
     return rd.path

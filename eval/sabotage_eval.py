@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ from eval.generation import Backend, Completion, DecodingConfig, load_decoding, 
 from eval.injection import DEFAULT_TYPES, INJECTION_TYPES, Injection, assign_injections, inject
 from eval.rundir import RunDir, digest_of, jsonable, write_json
 from eval.sources import SourceError, heldout_families, load_runs, resolve_default
-from eval.workers import run_chunks, worker_count
+from eval.workers import resume_and_run
 from train.answer_guard import REASONS as GUARD_REASONS
 
 logger = logging.getLogger("ledgerwright.eval")
@@ -611,34 +610,14 @@ def run_sabotage(
     chunk = cfg.chunk_size or decoding.batch_size
     digests = {r.run_id: item_digest(r, cfg, models, assigned[r.run_id], prompts, chunk) for r in runs}
     rd = RunDir(Path(cfg.out).expanduser(), resume=cfg.resume)
-    done = {r.run_id: rd.reusable(r.run_id, digests[r.run_id]) for r in runs}
-    pending = [r for r in runs if done[r.run_id] is None]
-    reused = len(runs) - len(pending)
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=len(runs),
-        initial=reused,
-        desc="sabotage eval",
-        unit="run",
-        disable=not cfg.progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
-    chunks = [pending[start : start + chunk] for start in range(0, len(pending), chunk)]
     task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, assigned=assigned, digests=digests)
-    workers = worker_count(decoding, len(chunks), backends_given=given)
-    if workers > 1:
-        logger.info("sabotage eval: %d chunks on %d worker processes", len(chunks), workers)
-    for recs in run_chunks(
-        task, chunks, models=models, workers=workers, build=build_models, build_args=(cfg, decoding)
-    ):
-        rd.append(recs)
-        for r in recs:
-            done[r["id"]] = r
-        bar.update(len(recs))
-    bar.close()
-    items = [done[r.run_id] for r in runs]
+    done = resume_and_run(
+        runs, [r.run_id for r in runs], digests, rd, task,
+        chunk=chunk, decoding=decoding, models=models, backends_given=given,
+        build=build_models, build_args=(cfg, decoding),
+        desc="sabotage eval", unit="run", progress=cfg.progress,
+    )  # fmt: skip
+    items = done.records
     rd.finalize_items(items)
     summary = jsonable(summarize(items, cfg, sel.source))
     write_json(rd.path / "summary.json", summary)
@@ -664,8 +643,8 @@ def run_sabotage(
         decoding={**decoding.to_dict(), "digest": decoding.digest()},
         counts={
             "items": len(items),
-            "reused": reused,
-            "computed": len(pending),
+            "reused": done.reused,
+            "computed": done.computed,
             "stale_records": rd.stale,
             "unreadable_lines": rd.unreadable,
             "incomplete_chunk_records": rd.incomplete,
@@ -674,7 +653,7 @@ def run_sabotage(
             "version": EVAL_VERSION,
             "prompts": prompts.digests,
             "wall_seconds": round(time.time() - t0, 1),
-            "items_per_second": round(len(pending) / max(time.time() - t0, 1e-9), 4),
+            "items_per_second": round(done.computed / max(time.time() - t0, 1e-9), 4),
         },
     )
     return rd.path

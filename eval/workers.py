@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 _MODELS: Any = None  # the worker process's backends, built once by _init_worker
@@ -91,3 +92,64 @@ def run_chunks(
         yield from pool.map(_in_worker, [task] * len(chunks), chunks)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class Pass:
+    """What ``resume_and_run`` did: every item's record in item order, and how many were reused."""
+
+    records: list[dict]
+    reused: int
+    computed: int
+
+
+def resume_and_run(
+    items: Sequence[Any],
+    ids: Sequence[str],
+    digests: dict[str, str],
+    rd,
+    task: Callable[..., list[dict]],
+    *,
+    chunk: int,
+    decoding,
+    models: Any,
+    backends_given: bool,
+    build: Callable[..., Any],
+    build_args: tuple,
+    desc: str,
+    unit: str,
+    progress: bool,
+) -> Pass:
+    """An evaluation's item loop: reuse the records ``rd`` (a ``RunDir``) holds for these digests,
+    compute the rest in chunks of ``chunk`` (in worker processes when the machine allows), append
+    each chunk to ``rd`` as it is done, and show progress on stderr."""
+    import logging
+    import sys
+
+    from tqdm import tqdm
+
+    done = {i: rd.reusable(i, digests[i]) for i in ids}
+    pending = [x for x, i in zip(items, ids, strict=True) if done[i] is None]
+    reused = len(items) - len(pending)
+    bar = tqdm(
+        total=len(items),
+        initial=reused,
+        desc=desc,
+        unit=unit,
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    chunks = [pending[start : start + chunk] for start in range(0, len(pending), chunk)]
+    workers = worker_count(decoding, len(chunks), backends_given=backends_given)
+    if workers > 1:
+        logging.getLogger("ledgerwright.eval").info(
+            "%s: %d chunks on %d worker processes", desc, len(chunks), workers
+        )
+    for recs in run_chunks(task, chunks, models=models, workers=workers, build=build, build_args=build_args):
+        rd.append(recs)
+        for r in recs:
+            done[r["id"]] = r
+        bar.update(len(recs))
+    bar.close()
+    return Pass([done[i] for i in ids], reused, len(pending))
