@@ -6,7 +6,9 @@ the file and the field named.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import sys
 import types
 import typing
 from pathlib import Path
@@ -29,6 +31,43 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any =
 
 class ConfigError(ValueError):
     """A config file or flag that cannot be used; the message names the file (or flag) and field."""
+
+
+class StrictParser(argparse.ArgumentParser):
+    """An argument parser that takes a long flag only as spelled: ``--writ`` is never ``--writer``,
+    and an unknown flag is named even when a required flag is missing too (argparse would report
+    only the missing one, hiding the typo)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        argv = sys.argv[1:] if args is None else list(args)
+        unknown = self.unknown_flags(argv)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_args(argv, namespace)
+
+    def unknown_flags(self, argv: list[str]) -> list[str]:
+        """Long flags in ``argv`` (before a bare ``--``) that no option spells; none when the parser
+        has subcommands, whose own parsers judge their flags."""
+        if any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            return []
+        known = self._option_string_actions
+        out = []
+        for token in argv:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if token.startswith("--") and " " not in token and name not in known:
+                out.append(name)
+        return out
+
+
+def strict_parser(prog: str | None = None, description: str | None = None, **kwargs: Any) -> StrictParser:
+    """The parser every entry script builds its flags on: no prefix abbreviations, unknown flags
+    named (exit 2), so a typo never silently becomes another setting."""
+    return StrictParser(prog=prog, description=description, **kwargs)
 
 
 def read_mapping(path: str | Path, error: type[ConfigError] = ConfigError, what: str = "config") -> dict:

@@ -20,12 +20,13 @@ Exit 0 on success, 2 on bad input.
 import argparse
 import sys
 
+from data_prep.yaml_config import strict_parser
 from eval.cli import add_common, apply_limit, decoding_overrides, overrides, setup
 from eval.policy_eval import DEFAULT_CONFIG, PolicyConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="eval/policy_reuse.py", description=__doc__.split("\n")[0])
+    ap = strict_parser(prog="eval/policy_reuse.py", description=__doc__.split("\n")[0])
     ap.add_argument("--writer", help="memory-writer checkpoint directory (default ckpt/)")
     ap.add_argument(
         "--executor",

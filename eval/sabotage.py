@@ -14,12 +14,13 @@ recall_by_type.png); rerunning with the same arguments resumes. Exit 0 on succes
 import argparse
 import sys
 
+from data_prep.yaml_config import strict_parser
 from eval.cli import add_common, apply_limit, decoding_overrides, overrides, setup
 from eval.sabotage_eval import DEFAULT_CONFIG, SabotageConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="eval/sabotage.py", description=__doc__.split("\n")[0])
+    ap = strict_parser(prog="eval/sabotage.py", description=__doc__.split("\n")[0])
     ap.add_argument("--writer", help="writer checkpoint directory (default ckpt/)")
     ap.add_argument("--reader", help="reader checkpoint directory (default ckpt-reader/)")
     ap.add_argument(

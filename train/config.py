@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from data_prep.yaml_config import ConfigError as BaseConfigError
-from data_prep.yaml_config import read_mapping
+from data_prep.yaml_config import read_mapping, strict_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny"  # the value of `model` that selects the embedded tiny Gemma 3 default
@@ -383,12 +383,11 @@ def _flag(name: str) -> str:
 
 
 def build_parser(role: str, description: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = strict_parser(
         prog=f"train/{role}.py",
         description=(description or f"QLoRA fine-tuning of a ledger {role}.")
         + " Every field takes TRL's spelling too (--learning_rate as --learning-rate).",
         argument_default=argparse.SUPPRESS,
-        allow_abbrev=False,  # --learn 1e-4 is an error, never the learning rate
     )
     parser.add_argument(
         "--config", metavar="YAML", help="preset under configs/train/ (defaults: the tiny default)"
