@@ -21,9 +21,9 @@ import yaml
 from data_prep.inputs import InputError, os_problem, read_text
 from data_prep.manifest import ManifestError, replaceable_output, staged_output
 from data_prep.signing import SigningKeyError, load_signer
-from data_prep.synth.config import SynthConfig, add_config_arguments, config_from_args, config_from_mapping
+from data_prep.synth.config import SynthConfig, config_from_args, config_from_mapping
 from data_prep.synth.corpus import generate_corpus
-from data_prep.yaml_config import strict_parser
+from data_prep.yaml_config import add_dataclass_flags, strict_parser
 
 NOT_OURS = "and holds no manifest.json, so it is not an earlier corpus: choose another --out"
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals with"
     )
-    add_config_arguments(ap)
+    add_dataclass_flags(ap, SynthConfig)
     args = ap.parse_args(argv)
     try:
         base = SynthConfig()
