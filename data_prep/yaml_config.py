@@ -43,10 +43,23 @@ class StrictParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         argv = sys.argv[1:] if args is None else list(args)
-        unknown = self.unknown_flags(argv)
-        if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if self.unknown_flags(argv):
+            self.refuse_extras(argv)
         return super().parse_args(argv, namespace)
+
+    def refuse_extras(self, argv: list[str]) -> None:
+        """Exit 2 naming what argparse leaves over (the unknown flag and its values), judged with
+        every argument optional so that a missing required flag cannot hide the typo."""
+        required = [a for a in self._actions if a.required]
+        for action in required:
+            action.required = False
+        try:
+            _, extras = super().parse_known_args(argv)
+        finally:
+            for action in required:
+                action.required = True
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
 
     def unknown_flags(self, argv: list[str]) -> list[str]:
         """Long flags in ``argv`` (before a bare ``--``) that no option spells; none when the parser
@@ -216,14 +229,14 @@ def flag_value(value: Any, tp: Any, current: Any, where: str, error: type[Config
     """A flag's text as its field's value: a comma list for a list field, ``k=v`` pairs merged over
     the current mapping for a dict field (so one rate can change alone), else ``coerce_value``."""
     base = typing.get_origin(base_type(tp)[0])
+    item_tp = (typing.get_args(base_type(tp)[0]) or (str, str))[-1]
     if base is list and isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
+        return [coerce_value(v.strip(), item_tp, where, error) for v in value.split(",") if v.strip()]
     if base is dict and isinstance(value, str):
-        value_tp = (typing.get_args(base_type(tp)[0]) or (str, str))[1]
         pairs = parse_pairs(value, where, error)
         return {
             **(current or {}),
-            **{k: coerce_value(v, value_tp, f"{where} {k}", error) for k, v in pairs.items()},
+            **{k: coerce_value(v, item_tp, f"{where} {k}", error) for k, v in pairs.items()},
         }
     return coerce_value(joined(value), tp, where, error)
 
@@ -259,10 +272,13 @@ def add_field_flag(parser: Any, f: dataclasses.Field, tp: Any, default: Any, pre
         parser.add_argument(*flags, metavar=base.__name__.upper(), nargs=nargs, **kwargs)
 
 
-def add_dataclass_flags(parser: Any, cls: type, *, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of ``cls`` (but ``skip``): the one way a config dataclass reaches a CLI."""
+def add_dataclass_flags(
+    parser: Any, cls: type, *, prefix: str = "", skip: tuple[str, ...] = (), defaults: Any = None
+) -> None:
+    """One flag per field of ``cls`` (but ``skip``): the one way a config dataclass reaches a CLI.
+    ``defaults`` (e.g. the default preset loaded) are the values help shows; ``cls()`` when None."""
     hints = typing.get_type_hints(cls)
-    defaults = cls()
+    defaults = cls() if defaults is None else defaults
     for f in dataclasses.fields(cls):
         if f.name not in skip:
             add_field_flag(parser, f, hints[f.name], getattr(defaults, f.name), prefix)

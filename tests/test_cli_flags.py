@@ -50,12 +50,15 @@ def test_abbreviated_flag_is_refused(command: list[str], flag: str) -> None:
     assert f"unrecognized arguments: {flag}" in proc.stderr
 
 
-def test_unknown_flag_named_before_missing_required() -> None:
+def test_unknown_flag_named_before_missing_required(capsys: pytest.CaptureFixture[str]) -> None:
     ap = strict_parser(prog="x")
     ap.add_argument("--writer", required=True)
     with pytest.raises(SystemExit) as exc:
         ap.parse_args(["--writ", "ckpt/"])
-    assert exc.value.code == 2
+    assert exc.value.code == 2 and "unrecognized arguments: --writ ckpt/" in capsys.readouterr().err
+    assert ap.parse_args(["--writer", "w"]).writer == "w"  # still required, still parsed
+    with pytest.raises(SystemExit):
+        ap.parse_args([])
 
 
 def test_exact_flags_and_values_after_double_dash_still_parse() -> None:
