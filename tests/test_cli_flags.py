@@ -35,6 +35,8 @@ ABBREVIATED = [
     (["-m", "sanitizer", "scan", "-"], "--pack"),
     (["bench/synth.py"], "--repe"),
     (["bench/ledger.py"], "--run"),
+    (["bench/build.py"], "--smal"),
+    (["bench/sanitizer.py"], "--recor"),
 ]
 
 
