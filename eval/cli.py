@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +74,38 @@ def eval_option(name: str, default: Any) -> Any:
     return option(default, EVAL_HELP[name])
 
 
+@dataclass
+class EvalSettings:
+    """What both evaluations take; SabotageConfig and PolicyConfig extend it (with their own
+    ``limit`` and ``out`` defaults)."""
+
+    limit: int | None = eval_option("limit", None)
+    seed: int = eval_option("seed", 0)
+    bootstrap_resamples: int = eval_option("bootstrap_resamples", 1000)
+    base_writer: bool = eval_option("base_writer", True)
+    teacher: bool = eval_option("teacher", True)
+    cache_dir: str | None = eval_option("cache_dir", None)
+    corpus: str | None = eval_option("corpus", None)
+    sft: str | None = eval_option("sft", None)
+    prompts_dir: str = eval_option("prompts_dir", "configs/prompts")
+    decoding: str = eval_option("decoding", "configs/eval/decoding.yaml")
+    base_model: str | None = eval_option("base_model", None)
+    chunk_size: int | None = eval_option("chunk_size", None)
+    out: str = eval_option("out", "runs/eval")
+    resume: bool = eval_option("resume", True)
+    progress: bool = eval_option("progress", True)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def add_common(ap: argparse.ArgumentParser, cls: type, default_config: Path) -> None:
-    """--config, a flag per field of ``cls`` (help shows the default preset's values), --limit N|all
-    and the decoding overrides."""
+    """A flag per field of ``cls``, the evaluation's own first (help shows the default preset's
+    values), --config, --limit N|all and the decoding overrides."""
     defaults = load_dataclass(cls, default_config)
+    common = tuple(f.name for f in dataclasses.fields(EvalSettings))
+    own = tuple(f.name for f in dataclasses.fields(cls) if f.name not in common)
+    add_dataclass_flags(ap, cls, skip=common, defaults=defaults)
     ap.add_argument(
         "--config",
         type=Path,
@@ -86,9 +116,10 @@ def add_common(ap: argparse.ArgumentParser, cls: type, default_config: Path) -> 
         "--limit",
         type=limit_arg,
         default=argparse.SUPPRESS,
+        metavar="N|all",
         help=f"{EVAL_HELP['limit']} (default: {defaults.limit or 'all'})",
     )
-    add_dataclass_flags(ap, cls, skip=("limit",), defaults=defaults)
+    add_dataclass_flags(ap, cls, skip=(*own, "limit"), defaults=defaults)
     g = ap.add_argument_group("decoding overrides")
     g.add_argument(
         "--backend",

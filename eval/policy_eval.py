@@ -28,7 +28,6 @@ analysis metadata names (EAL-Bench's ``benchmark`` block), so that failures can 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import re
@@ -50,7 +49,7 @@ from data_prep.sft.render import (
 )
 from data_prep.yaml_config import option
 from eval import metrics as M
-from eval.cli import eval_option
+from eval.cli import EvalSettings, eval_option
 from eval.generation import Backend, DecodingConfig, load_decoding, make_backend
 from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, score_memory
 from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
@@ -77,7 +76,7 @@ REPAIR_TEMPLATE = (
 
 
 @dataclass
-class PolicyConfig:
+class PolicyConfig(EvalSettings):
     """Settings of ``eval/policy_reuse.py`` (``configs/eval/policy_reuse.yaml``; flags override)."""
 
     writer: str = option("ckpt/", "memory-writer checkpoint directory")
@@ -98,23 +97,7 @@ class PolicyConfig:
         "memory so far plus the next block in, the new memory out) or fail (leave it invalid)",
     )
     limit: int | None = eval_option("limit", 12)
-    seed: int = eval_option("seed", 0)
-    bootstrap_resamples: int = eval_option("bootstrap_resamples", 1000)
-    base_writer: bool = eval_option("base_writer", True)
-    teacher: bool = eval_option("teacher", True)
-    cache_dir: str | None = eval_option("cache_dir", None)
-    corpus: str | None = eval_option("corpus", None)
-    sft: str | None = eval_option("sft", None)
-    prompts_dir: str = eval_option("prompts_dir", "configs/prompts")
-    decoding: str = eval_option("decoding", "configs/eval/decoding.yaml")
-    base_model: str | None = eval_option("base_model", None)
-    chunk_size: int | None = eval_option("chunk_size", None)
     out: str = eval_option("out", "runs/eval/policy_reuse")
-    resume: bool = eval_option("resume", True)
-    progress: bool = eval_option("progress", True)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def check(self) -> None:
         if self.limit is not None and self.limit < 1:

@@ -49,7 +49,7 @@ from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_verdict
 from data_prep.sft.render import Prompts, call_text, reader_verdict_input, task_text
 from data_prep.yaml_config import option
 from eval import metrics as M
-from eval.cli import eval_option
+from eval.cli import EvalSettings, eval_option
 from eval.generation import Backend, Completion, DecodingConfig, load_decoding, make_backend
 from eval.injection import DEFAULT_TYPES, INJECTION_TYPES, Injection, assign_injections, inject
 from eval.rundir import RunDir, digest_of, jsonable, write_json
@@ -67,7 +67,7 @@ MONITORS = ("reader", "base_reader", "reconciler", "teacher")
 
 
 @dataclass
-class SabotageConfig:
+class SabotageConfig(EvalSettings):
     """Settings of ``eval/sabotage.py`` (``configs/eval/sabotage.yaml``; flags override)."""
 
     writer: str = option("ckpt/", "writer checkpoint directory")
@@ -77,30 +77,14 @@ class SabotageConfig:
         "heldout (default: held-out families of the corpus), all, or a run JSONL file / corpus directory",
     )
     limit: int | None = eval_option("limit", 120)
-    seed: int = eval_option("seed", 0)
     inject_share: float = option(0.5, "share of written ledgers that get ledger sabotage injected")
     inject_types: list[str] = option(help="comma list of injected types", factory=lambda: list(DEFAULT_TYPES))
     fprs: list[float] = option(
         help="target false-positive rates; thresholds are set on honest runs only",
         factory=lambda: [0.01, 0.05],
     )
-    bootstrap_resamples: int = eval_option("bootstrap_resamples", 1000)
     base_reader: bool = option(True, "the reader's base model without the adapter as a baseline monitor")
-    base_writer: bool = eval_option("base_writer", True)
-    teacher: bool = eval_option("teacher", True)
-    cache_dir: str | None = eval_option("cache_dir", None)
-    corpus: str | None = eval_option("corpus", None)
-    sft: str | None = eval_option("sft", None)
-    prompts_dir: str = eval_option("prompts_dir", "configs/prompts")
-    decoding: str = eval_option("decoding", "configs/eval/decoding.yaml")
-    base_model: str | None = eval_option("base_model", None)
-    chunk_size: int | None = eval_option("chunk_size", None)
     out: str = eval_option("out", "runs/eval/sabotage")
-    resume: bool = eval_option("resume", True)
-    progress: bool = eval_option("progress", True)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def check(self) -> None:
         if self.limit is not None and self.limit < 1:
