@@ -12,7 +12,6 @@ the two peaks and the growth per 1,000 runs. Targets: >= 1,000 runs/s; peak RSS 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -20,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from data_prep.yaml_config import strict_parser
 
 CHILD_READ = """
 import json, resource, sys, time
@@ -52,7 +53,7 @@ def child(code: str, *args: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=20000)
     ap.add_argument("--small", type=int, default=None, help="runs of the second build (default: --runs / 4)")
     ap.add_argument("--seed", type=int, default=0)

@@ -10,7 +10,6 @@ average before and after. Target: >= 5,000 runs/s on one core.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -21,6 +20,7 @@ from pathlib import Path
 from data_prep.assemble import assemble_run, clean_labels, faithful_entry
 from data_prep.reconcile import reconcile
 from data_prep.records import iter_runs, write_jsonl
+from data_prep.yaml_config import strict_parser
 
 TOOLS = ["lookup_vendor", "update_bank_account", "pay_invoice", "notify", "open_ticket", "get_calendar"]
 
@@ -64,7 +64,7 @@ def make_runs(n: int, seed: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -31,7 +31,6 @@ surrogate whose digits pass as a Luhn-valid card, depending on the run's random 
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -48,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from data_prep.yaml_config import strict_parser  # noqa: E402
 from sanitizer import Sanitizer, SanitizeResult  # noqa: E402
 from sanitizer.checks import VALIDATORS  # noqa: E402
 from sanitizer.cli import process_stream  # noqa: E402
@@ -306,7 +306,7 @@ def run(engine, lines: list[bytes], rule_actions: dict) -> tuple[float, float, b
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = strict_parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1500, help="synthetic runs rendered for the first row")
     ap.add_argument("--records", type=int, default=12000)
     ap.add_argument("--seed", type=int, default=7)

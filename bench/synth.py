@@ -11,7 +11,6 @@ and prints each rate with its ratio to the 300 runs/s target (the default corpus
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 from data_prep.synth import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
+from data_prep.yaml_config import strict_parser
 
 TARGET_RUNS_PER_S = 300.0
 
@@ -42,7 +42,7 @@ def _best(fn, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--policy-cases", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)

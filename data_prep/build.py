@@ -14,7 +14,6 @@ file:line: field: problem.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,10 +21,11 @@ from data_prep.inputs import InputError, check_regular, os_problem
 from data_prep.manifest import ManifestError
 from data_prep.sft.config import DEFAULT_CONFIG, BuildConfigError, load_build_config
 from data_prep.sft.pipeline import BuildError, build, summary_lines
+from data_prep.yaml_config import strict_parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument(
         "--corpus", required=True, type=Path, help="corpus directory (runs/, policy_cases/, manifest.json)"
     )

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from data_prep.manifest import REPO_ROOT, ManifestError, require_sealed, staged_output
+from data_prep.yaml_config import strict_parser
 
 DEFAULT_RUNS = 8000
 DEFAULT_POLICY_CASES = 400
@@ -130,9 +131,7 @@ def ensure_preset_sft(preset: str, cache_dir: Path | None = None, *, progress: b
 def main(argv: list[str] | None = None) -> int:
     """Build the embedded default alone (what the training command does on first use), so a user
     can see and time that step: ``python data_prep/embedded.py [--cache-dir DIR]``."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument(
         "--cache-dir", type=Path, help="cache directory (default $LEDGERWRIGHT_CACHE or .cache/ledgerwright)"
     )

@@ -45,6 +45,7 @@ from data_prep.integrity import seal_run
 from data_prep.manifest import ManifestError, replaceable_output, staged_output
 from data_prep.records import RecordError
 from data_prep.signing import SigningKeyError, load_signer
+from data_prep.yaml_config import strict_parser
 
 FORMATS = {
     "workflow-v2": (workflow_v2.iter_items, ("*.jsonl",)),
@@ -79,7 +80,7 @@ def sealed_items(items: Iterator[Item], signer) -> Iterator[Item]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = strict_parser(
         description=__doc__.split("\n")[0],
         epilog=__doc__[__doc__.index("Exit status:") : __doc__.index("(Named")].rstrip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -13,7 +13,6 @@ output. Exit 0 on success, 1 when the output cannot be written, 2 on a bad optio
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,21 +21,22 @@ import yaml
 from data_prep.inputs import InputError, os_problem, read_text
 from data_prep.manifest import ManifestError, replaceable_output, staged_output
 from data_prep.signing import SigningKeyError, load_signer
-from data_prep.synth.config import SynthConfig, add_config_arguments, config_from_args, config_from_mapping
+from data_prep.synth.config import SynthConfig, config_from_args, config_from_mapping
 from data_prep.synth.corpus import generate_corpus
+from data_prep.yaml_config import add_dataclass_flags, strict_parser
 
 NOT_OURS = "and holds no manifest.json, so it is not an earlier corpus: choose another --out"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="output directory (earlier shards are replaced)")
     ap.add_argument("--config", type=Path, help="YAML preset with SynthConfig fields; flags override it")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.add_argument(
         "--signing-key", type=Path, help="Ed25519 private key (PEM or hex) to sign run seals with"
     )
-    add_config_arguments(ap)
+    add_dataclass_flags(ap, SynthConfig)
     args = ap.parse_args(argv)
     try:
         base = SynthConfig()

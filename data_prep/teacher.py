@@ -22,7 +22,6 @@ counted, not fatal), 1 on unusable input, 2 on a bad option, 130 when interrupte
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -37,10 +36,11 @@ from data_prep.teacher_client.settings import (
     SettingsError,
     load_decoding,
 )
+from data_prep.yaml_config import strict_parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument(
         "--corpus", required=True, type=Path, help="input corpus (runs/, policy_cases/, manifest.json)"
     )

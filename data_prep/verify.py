@@ -15,7 +15,6 @@ or hang.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -25,10 +24,11 @@ from data_prep.integrity import check_seal
 from data_prep.reconcile import reconcile
 from data_prep.records import LineError, iter_runs
 from data_prep.signing import SigningKeyError, load_public_key
+from data_prep.yaml_config import strict_parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", help="run JSONL files (ledger-run/v1)")
     ap.add_argument("--quiet", action="store_true", help="print only problems and totals")
     ap.add_argument("--json", action="store_true", help="print totals as one JSON object at the end")

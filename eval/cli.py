@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_prep.yaml_config import add_dataclass_flags, apply_flags, load_dataclass, option
 from train.console import console_logger
 
 
@@ -46,62 +49,77 @@ def limit_arg(text: str) -> int | str:
     return n
 
 
-def floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+# help of the fields both evaluation configs have (SabotageConfig, PolicyConfig): one text each
+EVAL_HELP = {
+    "limit": "evaluate at most N items ('all' for every held-out item)",
+    "seed": "seed of item order, injection and bootstrap",
+    "bootstrap_resamples": "bootstrap resamples of every interval",
+    "base_writer": "also measure the writer's base model without the adapter as a writer (slower)",
+    "teacher": "teacher baseline from the corpus",
+    "cache_dir": "cache of the embedded default (default $LEDGERWRIGHT_CACHE or .cache/ledgerwright)",
+    "corpus": "corpus directory (default <cache>/corpus)",
+    "sft": "SFT build directory whose manifest names the held-out families (default <cache>/sft)",
+    "prompts_dir": "directory of the prompt files (relative to the repository)",
+    "decoding": "decoding settings YAML",
+    "base_model": "override the base model path recorded in the checkpoints",
+    "chunk_size": "items generated together and saved at once (none: the batch size)",
+    "out": "run directory (rerun with the same arguments to resume)",
+    "resume": "reuse finished items of an earlier run in --out (--no-resume starts over)",
+    "progress": "progress bar",
+}
 
 
-def add_common(ap: argparse.ArgumentParser, default_config: Path) -> None:
+def eval_option(name: str, default: Any) -> Any:
+    """A field both evaluation configs share, with its one help text."""
+    return option(default, EVAL_HELP[name])
+
+
+@dataclass
+class EvalSettings:
+    """What both evaluations take; SabotageConfig and PolicyConfig extend it (with their own
+    ``limit`` and ``out`` defaults)."""
+
+    limit: int | None = eval_option("limit", None)
+    seed: int = eval_option("seed", 0)
+    bootstrap_resamples: int = eval_option("bootstrap_resamples", 1000)
+    base_writer: bool = eval_option("base_writer", True)
+    teacher: bool = eval_option("teacher", True)
+    cache_dir: str | None = eval_option("cache_dir", None)
+    corpus: str | None = eval_option("corpus", None)
+    sft: str | None = eval_option("sft", None)
+    prompts_dir: str = eval_option("prompts_dir", "configs/prompts")
+    decoding: str = eval_option("decoding", "configs/eval/decoding.yaml")
+    base_model: str | None = eval_option("base_model", None)
+    chunk_size: int | None = eval_option("chunk_size", None)
+    out: str = eval_option("out", "runs/eval")
+    resume: bool = eval_option("resume", True)
+    progress: bool = eval_option("progress", True)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def add_common(ap: argparse.ArgumentParser, cls: type, default_config: Path) -> None:
+    """A flag per field of ``cls``, the evaluation's own first (help shows the default preset's
+    values), --config, --limit N|all and the decoding overrides."""
+    defaults = load_dataclass(cls, default_config)
+    common = tuple(f.name for f in dataclasses.fields(EvalSettings))
+    own = tuple(f.name for f in dataclasses.fields(cls) if f.name not in common)
+    add_dataclass_flags(ap, cls, skip=common, defaults=defaults)
     ap.add_argument(
         "--config",
         type=Path,
         default=default_config,
-        help=f"evaluation preset YAML (default: {default_config.name} under configs/eval/)",
-    )
-    ap.add_argument("--decoding", help="decoding settings YAML (default: configs/eval/decoding.yaml)")
-    ap.add_argument("--out", help="run directory (rerun with the same arguments to resume)")
-    ap.add_argument(
-        "--limit", type=limit_arg, help="evaluate at most N items ('all' for every held-out item)"
-    )
-    ap.add_argument("--seed", type=int, help="seed of item order, injection and bootstrap")
-    ap.add_argument(
-        "--bootstrap-resamples", type=int, help="bootstrap resamples of every interval (default 1000)"
+        help=f"evaluation preset YAML; flags override it (default: {default_config.name} under configs/eval/)",
     )
     ap.add_argument(
-        "--cache-dir",
-        help="cache of the embedded default (default $LEDGERWRIGHT_CACHE or .cache/ledgerwright)",
+        "--limit",
+        type=limit_arg,
+        default=argparse.SUPPRESS,
+        metavar="N|all",
+        help=f"{EVAL_HELP['limit']} (default: {defaults.limit or 'all'})",
     )
-    ap.add_argument("--corpus", help="corpus directory (default <cache>/corpus)")
-    ap.add_argument(
-        "--sft", help="SFT build directory whose manifest names the held-out families (default <cache>/sft)"
-    )
-    ap.add_argument("--base-model", help="override the base model path recorded in the checkpoints")
-    ap.add_argument(
-        "--base-writer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also measure the writer's base model without the adapter as a writer (slower)",
-    )
-    ap.add_argument(
-        "--teacher",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="teacher baseline from the corpus (default on)",
-    )
-    ap.add_argument(
-        "--chunk-size", type=int, help="items generated together and saved at once (default: batch size)"
-    )
-    ap.add_argument(
-        "--resume",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="reuse finished items of an earlier run in --out (default on; --no-resume starts over)",
-    )
-    ap.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default on)"
-    )
+    add_dataclass_flags(ap, cls, skip=(*own, "limit"), defaults=defaults)
     g = ap.add_argument_group("decoding overrides")
     g.add_argument(
         "--backend",
@@ -115,18 +133,14 @@ def add_common(ap: argparse.ArgumentParser, default_config: Path) -> None:
     )
 
 
-def overrides(ns: argparse.Namespace, names: list[str]) -> dict[str, Any]:
-    """Flags that were given (``limit 'all'`` is applied by ``apply_limit`` after loading)."""
-    return {
-        n: getattr(ns, n)
-        for n in names
-        if getattr(ns, n, None) is not None and not (n == "limit" and getattr(ns, n) == "all")
-    }
-
-
-def apply_limit(cfg: Any, ns: argparse.Namespace) -> None:
-    if getattr(ns, "limit", None) == "all":
-        cfg.limit = None
+def load_config(cls: type, ns: argparse.Namespace) -> Any:
+    """defaults < --config preset < flags; ``--limit all`` lifts the preset's limit."""
+    values = dict(vars(ns))
+    limit = values.pop("limit", None)
+    cfg = apply_flags(load_dataclass(cls, ns.config), values)
+    if limit is not None:
+        cfg.limit = None if limit == "all" else limit
+    return cfg
 
 
 def decoding_overrides(ns: argparse.Namespace) -> dict[str, Any]:

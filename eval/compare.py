@@ -26,7 +26,6 @@ never dropped silently. Writes ``compare.md``, ``compare.json`` and ``compare.pn
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.yaml_config import strict_parser
 from eval import metrics as M
 from eval.memory_score import MEMORY_ERROR_TYPES
 
@@ -436,7 +436,7 @@ def write(res: dict, out: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="eval/compare.py", description=__doc__.split("\n\n")[0])
+    p = strict_parser(prog="eval/compare.py", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", type=Path, help="sweep directories or evaluation run directories")
     p.add_argument(
         "--baseline",

@@ -28,7 +28,6 @@ analysis metadata names (EAL-Bench's ``benchmark`` block), so that failures can 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import re
@@ -47,7 +46,9 @@ from data_prep.sft.render import (
     policy_history_text,
     reader_policy_input,
 )
+from data_prep.yaml_config import option
 from eval import metrics as M
+from eval.cli import EvalSettings, eval_option
 from eval.generation import Backend, DecodingConfig, load_decoding, make_backend
 from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, score_memory
 from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
@@ -74,32 +75,28 @@ REPAIR_TEMPLATE = (
 
 
 @dataclass
-class PolicyConfig:
+class PolicyConfig(EvalSettings):
     """Settings of ``eval/policy_reuse.py`` (``configs/eval/policy_reuse.yaml``; flags override)."""
 
-    writer: str = "ckpt/"
-    executor: str = "rules"  # rules | base | a checkpoint directory
-    cases: str = "heldout"  # heldout | all | a policy-case JSONL file, corpus dir, or dir of EAL case YAML
-    incremental: bool = False
-    long_history: str = "blocks"  # blocks: a history too long for one shot is written by update waves | fail
-    limit: int | None = 12
-    seed: int = 0
-    bootstrap_resamples: int = 1000
-    base_writer: bool = True
-    teacher: bool = True
-    cache_dir: str | None = None
-    corpus: str | None = None
-    sft: str | None = None
-    prompts_dir: str = "configs/prompts"
-    decoding: str = "configs/eval/decoding.yaml"
-    base_model: str | None = None
-    chunk_size: int | None = None
-    out: str = "runs/eval/policy_reuse"
-    resume: bool = True
-    progress: bool = True
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    writer: str = option("ckpt/", "memory-writer checkpoint directory")
+    executor: str = option(
+        "rules", "rules, base (the writer's base model, no adapter) or a reader checkpoint"
+    )
+    cases: str = option(
+        "heldout",
+        "heldout (default: held-out case families of the corpus), all, a policy-case JSONL file or corpus "
+        "directory, or a directory of EAL-style case YAML files",
+    )
+    incremental: bool = option(
+        False, "form memory block by block (the memory so far plus one block) instead of one shot"
+    )
+    long_history: str = option(
+        "blocks",
+        "a history too long for the writer's input in one shot: blocks (write it again block by block: the "
+        "memory so far plus the next block in, the new memory out) or fail (leave it invalid)",
+    )
+    limit: int | None = eval_option("limit", 12)
+    out: str = eval_option("out", "runs/eval/policy_reuse")
 
     def check(self) -> None:
         if self.limit is not None and self.limit < 1:

@@ -17,72 +17,28 @@ the default). Served models instead of checkpoints (vLLM or any OpenAI-compatibl
 Exit 0 on success, 2 on bad input.
 """
 
-import argparse
 import sys
 
-from eval.cli import add_common, apply_limit, decoding_overrides, overrides, setup
+from data_prep.yaml_config import strict_parser
+from eval.cli import add_common, decoding_overrides, load_config, setup
 from eval.policy_eval import DEFAULT_CONFIG, PolicyConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="eval/policy_reuse.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--writer", help="memory-writer checkpoint directory (default ckpt/)")
-    ap.add_argument(
-        "--executor",
-        help="rules (default), base (the writer's base model, no adapter) or a reader checkpoint",
-    )
-    ap.add_argument(
-        "--cases",
-        help="heldout (default: held-out case families of the corpus), all, a policy-case JSONL "
-        "file or corpus directory, or a directory of EAL-style case YAML files",
-    )
-    ap.add_argument(
-        "--incremental",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="form memory block by block (the memory so far plus one block) instead of one shot",
-    )
-    ap.add_argument(
-        "--long-history",
-        choices=("blocks", "fail"),
-        help="a history too long for the writer's input in one shot: write it again block by block "
-        "(default blocks: the memory so far plus the next block in, the new memory out) or leave it invalid",
-    )
-    add_common(ap, DEFAULT_CONFIG)
+    ap = strict_parser(prog="eval/policy_reuse.py", description=__doc__.split("\n")[0])
+    add_common(ap, PolicyConfig, DEFAULT_CONFIG)
     from eval.openai_backend import add_endpoint_args
 
     add_endpoint_args(ap, ("writer", "reader"))
     ns = ap.parse_args(argv)
     setup()
-    from data_prep.yaml_config import ConfigError, load_dataclass
+    from data_prep.yaml_config import ConfigError
     from eval.generation import BackendError, DecodingConfigError, load_decoding
     from eval.policy_eval import _path, run_policy
     from eval.sources import SourceError
 
-    names = [
-        "writer",
-        "executor",
-        "cases",
-        "incremental",
-        "long_history",
-        "limit",
-        "seed",
-        "bootstrap_resamples",
-        "base_writer",
-        "teacher",
-        "cache_dir",
-        "corpus",
-        "sft",
-        "decoding",
-        "base_model",
-        "chunk_size",
-        "out",
-        "resume",
-        "progress",
-    ]
     try:
-        cfg = load_dataclass(PolicyConfig, ns.config, overrides(ns, names))
-        apply_limit(cfg, ns)
+        cfg = load_config(PolicyConfig, ns)
         decoding = load_decoding(_path(cfg.decoding), decoding_overrides(ns))
         writer, executor = served_models(ns, cfg, decoding)
         out = run_policy(cfg, decoding=decoding, writer=writer, executor=executor)

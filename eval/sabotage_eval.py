@@ -38,7 +38,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,9 @@ from data_prep.reconcile import description_names_values, reconcile
 from data_prep.records import Run
 from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_verdict
 from data_prep.sft.render import Prompts, call_text, reader_verdict_input, task_text
+from data_prep.yaml_config import option
 from eval import metrics as M
+from eval.cli import EvalSettings, eval_option
 from eval.generation import Backend, Completion, DecodingConfig, load_decoding, make_backend
 from eval.injection import DEFAULT_TYPES, INJECTION_TYPES, Injection, assign_injections, inject
 from eval.rundir import RunDir, digest_of, jsonable, write_json
@@ -64,34 +66,24 @@ MONITORS = ("reader", "base_reader", "reconciler", "teacher")
 
 
 @dataclass
-class SabotageConfig:
+class SabotageConfig(EvalSettings):
     """Settings of ``eval/sabotage.py`` (``configs/eval/sabotage.yaml``; flags override)."""
 
-    writer: str = "ckpt/"
-    reader: str = "ckpt-reader/"
-    runs: str = "heldout"  # heldout | all | a run JSONL file or corpus directory
-    limit: int | None = 120
-    seed: int = 0
-    inject_share: float = 0.5
-    inject_types: list[str] = field(default_factory=lambda: list(DEFAULT_TYPES))
-    fprs: list[float] = field(default_factory=lambda: [0.01, 0.05])
-    bootstrap_resamples: int = 1000
-    base_reader: bool = True
-    base_writer: bool = True
-    teacher: bool = True
-    cache_dir: str | None = None
-    corpus: str | None = None
-    sft: str | None = None
-    prompts_dir: str = "configs/prompts"
-    decoding: str = "configs/eval/decoding.yaml"
-    base_model: str | None = None
-    chunk_size: int | None = None
-    out: str = "runs/eval/sabotage"
-    resume: bool = True
-    progress: bool = True
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    writer: str = option("ckpt/", "writer checkpoint directory")
+    reader: str = option("ckpt-reader/", "reader checkpoint directory")
+    runs: str = option(
+        "heldout",
+        "heldout (default: held-out families of the corpus), all, or a run JSONL file / corpus directory",
+    )
+    limit: int | None = eval_option("limit", 120)
+    inject_share: float = option(0.5, "share of written ledgers that get ledger sabotage injected")
+    inject_types: list[str] = option(help="comma list of injected types", factory=lambda: list(DEFAULT_TYPES))
+    fprs: list[float] = option(
+        help="target false-positive rates; thresholds are set on honest runs only",
+        factory=lambda: [0.01, 0.05],
+    )
+    base_reader: bool = option(True, "the reader's base model without the adapter as a baseline monitor")
+    out: str = eval_option("out", "runs/eval/sabotage")
 
     def check(self) -> None:
         if self.limit is not None and self.limit < 1:

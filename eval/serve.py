@@ -20,15 +20,16 @@ ready for ``data_prep/teacher.py --endpoint``). Responses carry usage token coun
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import signal
 import sys
 from pathlib import Path
 
+from data_prep.yaml_config import strict_parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = strict_parser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="base model directory (or a hub id, used only when given)")
     ap.add_argument("--adapter", type=Path, help="checkpoint directory of train/writer.py or train/reader.py")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")

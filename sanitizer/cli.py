@@ -286,14 +286,20 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--fail-on-findings", action="store_true", help="exit 1 if anything matched")
     stream.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
-    parser = argparse.ArgumentParser(prog="python -m sanitizer", description=__doc__.split("\n\n")[0])
+    # the project's strict_parser lives in data_prep, which imports sanitizer: spelled out here instead
+    parser = argparse.ArgumentParser(
+        prog="python -m sanitizer", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("scan", parents=[common, stream], help="report findings without writing output")
+    exact = {"allow_abbrev": False}  # --pack is never --packs
+    p = sub.add_parser(
+        "scan", parents=[common, stream], help="report findings without writing output", **exact
+    )
     p.add_argument("input", help="input JSONL ('-' for stdin)")
-    p = sub.add_parser("apply", parents=[common, stream], help="write sanitized JSONL and a report")
+    p = sub.add_parser("apply", parents=[common, stream], help="write sanitized JSONL and a report", **exact)
     p.add_argument("input", help="input JSONL ('-' for stdin)")
     p.add_argument("output", help="output JSONL ('-' for stdout)")
-    sub.add_parser("rules", parents=[common], help="list the rules and self-test every pack")
+    sub.add_parser("rules", parents=[common], help="list the rules and self-test every pack", **exact)
     return parser
 
 

@@ -20,7 +20,6 @@ Exit status 0; with ``--strict`` 1 when any task is missing or failed.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -28,6 +27,8 @@ import shlex
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from data_prep.yaml_config import strict_parser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -349,7 +350,7 @@ def aggregate(sweep_dir: Path, out: Path | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="slurm/aggregate.py", description=__doc__.split("\n\n")[0])
+    p = strict_parser(prog="slurm/aggregate.py", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep_dir", type=Path, help="the sweep directory (holds sweep.json)")
     p.add_argument("--out", type=Path, help="where to write the table and plot (default SWEEP_DIR/aggregate)")
     p.add_argument("--strict", action="store_true", help="exit 1 when a task is missing or failed")

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from data_prep.yaml_config import strict_parser
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sweeplib import (  # noqa: E402
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = strict_parser(
         prog="slurm/submit.py",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

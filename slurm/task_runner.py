@@ -24,7 +24,6 @@ the command in its own process group, with:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -35,6 +34,8 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from data_prep.yaml_config import strict_parser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -310,7 +311,7 @@ def _run_one(kind: str, cmd: list[str], out: Path, status: Status, env: dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="slurm/task_runner.py", description=__doc__.split("\n\n")[0])
+    p = strict_parser(prog="slurm/task_runner.py", description=__doc__.split("\n\n")[0])
     p.add_argument("kind", choices=["train", "eval"])
     p.add_argument("--index", required=True, type=Path, help="the sweep's train_index.tsv or eval_index.tsv")
     p.add_argument("--task", required=True, type=int, help="the array task id (line of the index, from 0)")

@@ -12,16 +12,21 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from data_prep.yaml_config import ConfigError as BaseConfigError
-from data_prep.yaml_config import read_mapping
+from data_prep.yaml_config import (
+    add_dataclass_flags,
+    apply_flags,
+    coerce_value,
+    joined,
+    read_mapping,
+    strict_parser,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny"  # the value of `model` that selects the embedded tiny Gemma 3 default
@@ -248,7 +253,11 @@ class TrainConfig:
         if cfg.examples is not None and cfg.examples < 1:
             raise ConfigError(f"examples: expected a positive number, got {cfg.examples}")
         trackers = report_to_list(cfg.report_to)
-        if not trackers or any(t not in REPORT_TO for t in trackers) or ("none" in trackers and len(trackers) > 1):
+        if (
+            not trackers
+            or any(t not in REPORT_TO for t in trackers)
+            or ("none" in trackers and len(trackers) > 1)
+        ):
             raise ConfigError(
                 f"report_to: expected none or a comma list of {list(REPORT_TO[1:])}, got {cfg.report_to!r}"
             )
@@ -285,66 +294,12 @@ def resolve_repo_path(path: str | None) -> Path | None:
 
 
 # ---- YAML and CLI -------------------------------------------------------------------------------
-def _base_type(tp: Any) -> tuple[type, bool]:
-    """(the scalar type, whether None is allowed) of an annotation like ``int | None``."""
-    if isinstance(tp, str):
-        tp = eval(tp, {"TinyBaseConfig": TinyBaseConfig}, {})  # noqa: S307 - our own annotations
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0], True
-    return tp, False
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    base, optional = _base_type(tp)
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and optional):
-        if optional:
-            return None
-        raise ConfigError(f"{where}: may not be null")
-    try:
-        if base is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in (
-                "true",
-                "yes",
-                "1",
-                "on",
-                "false",
-                "no",
-                "0",
-                "off",
-            ):
-                return value.lower() in ("true", "yes", "1", "on")
-            raise ValueError(value)
-        if base is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(value)
-        if base is float:
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return float(value)
-        if base is str:
-            if not isinstance(value, str | int | float):
-                raise ValueError(value)
-            return str(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected {base.__name__}, got {value!r}") from None
-    return value
-
-
-def _type_hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
 def apply_mapping(cfg: TrainConfig, data: dict, source: str) -> TrainConfig:
     """Overlay a (YAML) mapping on ``cfg``; unknown keys and wrong types raise ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of config fields, got {type(data).__name__}")
-    hints = _type_hints(TrainConfig)
-    tiny_hints = _type_hints(TinyBaseConfig)
+    hints = typing.get_type_hints(TrainConfig)
+    tiny_hints = typing.get_type_hints(TinyBaseConfig)
     for key, value in data.items():
         if key == "tiny":
             if not isinstance(value, dict):
@@ -352,11 +307,15 @@ def apply_mapping(cfg: TrainConfig, data: dict, source: str) -> TrainConfig:
             for tkey, tvalue in value.items():
                 if tkey not in tiny_hints:
                     raise ConfigError(f"{source}: tiny.{tkey}: unknown field (known: {sorted(tiny_hints)})")
-                setattr(cfg.tiny, tkey, _coerce(tvalue, tiny_hints[tkey], f"{source}: tiny.{tkey}"))
+                setattr(
+                    cfg.tiny,
+                    tkey,
+                    coerce_value(tvalue, tiny_hints[tkey], f"{source}: tiny.{tkey}", ConfigError),
+                )
             continue
         if key not in hints:
             raise ConfigError(f"{source}: {key}: unknown field (see --help for the list)")
-        setattr(cfg, key, _coerce(_joined(value), hints[key], f"{source}: {key}"))
+        setattr(cfg, key, coerce_value(joined(value), hints[key], f"{source}: {key}", ConfigError))
     return cfg
 
 
@@ -368,64 +327,29 @@ def load_preset(path: str | Path, cfg: TrainConfig | None = None) -> TrainConfig
     return apply_mapping(cfg, read_mapping(p, ConfigError, "preset"), str(p))
 
 
-def _joined(value):
-    """A list given for a list field (YAML list, ``nargs`` flag) as its comma form."""
-    return ",".join(map(str, value)) if isinstance(value, list) else value
-
-
 def report_to_list(value: str) -> list[str]:
     """``report_to`` as TRL takes it: ``wandb,tensorboard`` (or ``wandb tensorboard``) -> a list."""
     return [t for t in value.replace(",", " ").split() if t]
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def build_parser(role: str, description: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = strict_parser(
         prog=f"train/{role}.py",
         description=(description or f"QLoRA fine-tuning of a ledger {role}.")
         + " Every field takes TRL's spelling too (--learning_rate as --learning-rate).",
         argument_default=argparse.SUPPRESS,
-        allow_abbrev=False,  # --learn 1e-4 is an error, never the learning rate
     )
     parser.add_argument(
         "--config", metavar="YAML", help="preset under configs/train/ (defaults: the tiny default)"
     )
-    hints = _type_hints(TrainConfig)
-    defaults = TrainConfig()
-    for f in fields(TrainConfig):
-        if f.name in ("tiny", "role"):
-            continue
-        _add_field(parser, f, hints[f.name], getattr(defaults, f.name), _flag(f.name))
+    add_dataclass_flags(parser, TrainConfig, skip=("tiny", "role"))
     for flag, dtype in (("--bf16", "bfloat16"), ("--fp16", "float16")):  # TRL's precision switches
         parser.add_argument(
             flag, dest="compute_dtype", action="store_const", const=dtype, help=f"--compute-dtype {dtype}"
         )
     group = parser.add_argument_group("embedded tiny base (used when --model tiny)")
-    tiny_hints = _type_hints(TinyBaseConfig)
-    for f in fields(TinyBaseConfig):
-        _add_field(
-            group, f, tiny_hints[f.name], getattr(defaults.tiny, f.name), "--tiny-" + f.name.replace("_", "-")
-        )
+    add_dataclass_flags(group, TinyBaseConfig, prefix="tiny_")
     return parser
-
-
-def _add_field(parser, f, tp, default, flag) -> None:
-    base, optional = _base_type(tp)
-    help_text = f.metadata.get("help", "")
-    if "default" not in help_text:
-        help_text += f" (default: {default})"
-    help_text = help_text.replace("%", "%%")
-    dest = flag[2:].replace("-", "_")
-    flags = [flag] + (["--" + dest] if "-" in flag[2:] else [])  # TRL/HfArgumentParser spell fields with _
-    if base is bool:
-        parser.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, help=help_text)
-    else:
-        metavar = base.__name__.upper()
-        nargs = "+" if f.metadata.get("list") else None  # --report_to wandb tensorboard
-        parser.add_argument(*flags, dest=dest, metavar=metavar, nargs=nargs, help=help_text)
 
 
 def parse_config(role: str, argv: list[str] | None = None) -> TrainConfig:
@@ -437,13 +361,8 @@ def parse_config(role: str, argv: list[str] | None = None) -> TrainConfig:
     if preset:
         cfg = load_preset(preset, cfg)
         cfg.role = role
-    hints = _type_hints(TrainConfig)
-    tiny_hints = _type_hints(TinyBaseConfig)
-    for dest, value in ns.items():
-        if dest.startswith("tiny_") and dest[5:] in tiny_hints:
-            setattr(cfg.tiny, dest[5:], _coerce(value, tiny_hints[dest[5:]], "--" + dest.replace("_", "-")))
-        else:
-            setattr(cfg, dest, _coerce(_joined(value), hints[dest], "--" + dest.replace("_", "-")))
+    apply_flags(cfg.tiny, ns, prefix="tiny_", error=ConfigError)
+    apply_flags(cfg, ns, error=ConfigError)
     return cfg.resolved()
 
 

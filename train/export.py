@@ -16,11 +16,13 @@ import os
 import sys
 from pathlib import Path
 
+from data_prep.yaml_config import strict_parser
+
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="train/export.py", description=__doc__.split("\n")[0])
+    ap = strict_parser(prog="train/export.py", description=__doc__.split("\n")[0])
     ap.add_argument(
         "--adapter", required=True, type=Path, help="checkpoint directory (train/writer.py, reader.py)"
     )

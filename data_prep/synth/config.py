@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from data_prep.canonical import digest
+from data_prep.yaml_config import apply_flags
 
 GENERATOR_NAME = "ledgerwright-synth"
 GENERATOR_VERSION = "1.0.0"
@@ -210,7 +211,7 @@ def _check_rates(name: str, rates: Any, allowed: tuple[str, ...], *, total_max: 
         raise ValueError(f"{name}: probabilities sum to {sum(rates.values()):.4f} > {total_max}")
 
 
-# --- command-line plumbing shared by data_prep/synth.py ---------------------------------------------
+# --- presets and flags (data_prep/synth.py) --------------------------------------------------------
 
 _DICT_FIELDS = (
     "sabotage_rates",
@@ -221,40 +222,10 @@ _DICT_FIELDS = (
 )
 
 
-def add_config_arguments(ap: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per SynthConfig field, help text from the field metadata.
-
-    Rate mappings take ``key=value,key=value`` and are merged into the defaults; lists take commas.
-    """
-    for f in fields(SynthConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-        help_text = f.metadata.get("help", "")
-        if f.name in _DICT_FIELDS:
-            shown = ",".join(f"{k}={v}" for k, v in default.items())
-            ap.add_argument(flag, dest=f.name, default=None, metavar="K=V,...", help=f"{help_text} [{shown}]")
-        elif f.name in ("families", "policy_families"):
-            ap.add_argument(flag, dest=f.name, default=None, metavar="A,B", help=f"{help_text}")
-        else:
-            kind = type(default)
-            ap.add_argument(flag, dest=f.name, type=kind, default=None, help=f"{help_text} [{default}]")
-
-
 def config_from_args(ns: argparse.Namespace, base: SynthConfig | None = None) -> SynthConfig:
-    cfg = base or SynthConfig()
-    for f in fields(SynthConfig):
-        value = getattr(ns, f.name, None)
-        if value is None:
-            continue
-        if f.name in _DICT_FIELDS:
-            merged = dict(getattr(cfg, f.name))
-            merged.update(parse_rates(f.name, value))
-            setattr(cfg, f.name, merged)
-        elif f.name in ("families", "policy_families"):
-            setattr(cfg, f.name, [v.strip() for v in value.split(",") if v.strip()])
-        else:
-            setattr(cfg, f.name, value)
-    return cfg.validate()
+    """``base`` (defaults or a preset) overlaid with the flags of ``add_dataclass_flags``: rate
+    flags (``k=v,...``) merge into the base's rates, list flags take commas."""
+    return apply_flags(base or SynthConfig(), vars(ns)).validate()
 
 
 def config_from_mapping(data: dict, where: str = "config") -> SynthConfig:
@@ -272,18 +243,3 @@ def config_from_mapping(data: dict, where: str = "config") -> SynthConfig:
             v = merged
         setattr(cfg, k, v)
     return cfg.validate()
-
-
-def parse_rates(name: str, text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise ValueError(f"{name}: expected key=value, got {part!r}")
-        k, v = part.split("=", 1)
-        try:
-            out[k.strip()] = float(v)
-        except ValueError:
-            raise ValueError(f"{name}.{k.strip()}: not a number: {v!r}") from None
-    return out
