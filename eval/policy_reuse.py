@@ -21,7 +21,7 @@ import sys
 
 from data_prep.yaml_config import strict_parser
 from eval.cli import add_common, decoding_overrides, load_config, setup
-from eval.policy_eval import DEFAULT_CONFIG, PolicyConfig
+from eval.policy_reuse_eval import DEFAULT_CONFIG, PolicyConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     setup()
     from data_prep.yaml_config import ConfigError
     from eval.generation import BackendError, DecodingConfigError, load_decoding
-    from eval.policy_eval import _path, run_policy
+    from eval.policy_reuse_eval import _path, run_policy
     from eval.sources import SourceError
 
     try:

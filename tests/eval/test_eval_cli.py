@@ -7,8 +7,8 @@ import pytest
 
 from data_prep.yaml_config import ConfigError, strict_parser
 from eval.cli import add_common, load_config
-from eval.policy_eval import DEFAULT_CONFIG as POLICY_PRESET
-from eval.policy_eval import PolicyConfig
+from eval.policy_reuse_eval import DEFAULT_CONFIG as POLICY_PRESET
+from eval.policy_reuse_eval import PolicyConfig
 from eval.sabotage_eval import DEFAULT_CONFIG as SABOTAGE_PRESET
 from eval.sabotage_eval import SabotageConfig
 

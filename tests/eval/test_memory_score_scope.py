@@ -12,7 +12,7 @@ from data_prep.oracle import SCOPE_FIELDS, SCOPE_RECORD_FIELDS, gold_memory_from
 from data_prep.sft.render import memory_answer, policy_history_text
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.memory_score import check_memory, score_memory
-from eval.policy_eval import PolicyConfig, run_policy
+from eval.policy_reuse_eval import PolicyConfig, run_policy
 from eval.sources import load_cases
 
 FIX = Path(__file__).parents[1] / "data_prep" / "fixtures" / "eal-bench-cyber"

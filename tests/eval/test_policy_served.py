@@ -16,7 +16,7 @@ from eval.chat_model import Generation, PromptTooLong
 from eval.chat_server import ChatServer
 from eval.generation import BackendError, DecodingConfig, ScriptedBackend
 from eval.openai_backend import EndpointSettings, OpenAIBackend, guard_text, is_prompt_too_long
-from eval.policy_eval import REPO_ROOT, PolicyConfig, run_policy
+from eval.policy_reuse_eval import REPO_ROOT, PolicyConfig, run_policy
 from eval.sources import SourceError
 
 

@@ -31,7 +31,7 @@ def tiny_base(tmp_path_factory) -> Path:
 def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, cases_file):
     from eval.generation import DecodingConfig, TransformersBackend
     from eval.openai_backend import EndpointSettings, OpenAIBackend
-    from eval.policy_eval import PolicyConfig, run_policy
+    from eval.policy_reuse_eval import PolicyConfig, run_policy
 
     ckpt = train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
     decoding = DecodingConfig(

@@ -15,7 +15,7 @@ from data_prep.policy_case import REQUEST_DIMENSIONS, iter_policy_case_file
 from data_prep.sft.render import memory_answer, policy_history_text
 from eval.generation import DecodingConfig, ScriptedBackend
 from eval.memory_score import check_memory, score_memory
-from eval.policy_eval import PolicyConfig, breakdown, run_policy
+from eval.policy_reuse_eval import PolicyConfig, breakdown, run_policy
 from eval.sources import load_cases
 
 
