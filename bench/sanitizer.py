@@ -206,7 +206,7 @@ def rendered_corpus(
         render_writer_action,
         render_writer_memory,
     )
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
 
     prompts = Prompts(ROOT / "configs" / "prompts")
     out = []

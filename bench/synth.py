@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_prep.synth import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
+from data_prep.synthetic import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
 from data_prep.yaml_config import strict_parser
 
 TARGET_RUNS_PER_S = 300.0

@@ -51,7 +51,7 @@ def _intact(directory: Path, key: str) -> bool:
 
 
 def ensure_default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
 
     corpus = Path(cache_dir or default_cache_dir()) / "corpus"
     if _intact(corpus, "files"):

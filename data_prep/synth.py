@@ -21,8 +21,8 @@ import yaml
 from data_prep.inputs import InputError, os_problem, read_text
 from data_prep.manifest import ManifestError, replaceable_output, staged_output
 from data_prep.signing import SigningKeyError, load_signer
-from data_prep.synth.config import SynthConfig, config_from_args, config_from_mapping
-from data_prep.synth.corpus import generate_corpus
+from data_prep.synthetic.config import SynthConfig, config_from_args, config_from_mapping
+from data_prep.synthetic.corpus import generate_corpus
 from data_prep.yaml_config import add_dataclass_flags, strict_parser
 
 NOT_OURS = "and holds no manifest.json, so it is not an earlier corpus: choose another --out"

@@ -16,18 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("data_prep", "sanitizer", "train", "eval")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def project_modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
-    """Module name -> file. A script beside a package of its name (``data_prep/synth.py``) is left
-    out: the import system finds the package first, so no import can reach the script and it can
-    be in no cycle."""
+def project_modules(packages: tuple[str, ...] = PACKAGES, root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file. A script beside a package of its name (``pkg/tool.py`` and ``pkg/tool/``)
+    is left out: the import system finds the package first, so no import can reach the script and it
+    can be in no cycle."""
     modules: dict[str, Path] = {}
-    for path in (p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))):
-        name = module_name(path)
+    for path in (p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))):
+        name = module_name(path, root)
         if name not in modules or path.name == "__init__.py":
             modules[name] = path
     return modules
@@ -127,8 +127,11 @@ def test_cycle_finder_sees_package_init_and_function_level_imports(tmp_path):
     assert imports_of("p.a", tmp_path / "a.py", {"p", "p.b", "p.c", "q"}) == {"p", "p.b", "p.c"}
 
 
-def test_a_package_shadows_the_script_of_its_name():
-    assert project_modules(("data_prep",))["data_prep.synth"].name == "__init__.py"
+def test_a_package_shadows_the_script_of_its_name(tmp_path):
+    for f in ("pkgx/__init__.py", "pkgx/tool.py", "pkgx/tool/__init__.py"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+    assert project_modules(("pkgx",), tmp_path)["pkgx.tool"].name == "__init__.py"
 
 
 def test_no_import_cycles():

@@ -14,8 +14,8 @@ from data_prep.canonical import StrictJSONError, loads_strict
 from data_prep.importers.yaml_lines import LazyLines, json_error_line
 from data_prep.reconcile import expected_label, reconcile
 from data_prep.records import CALL_STATUSES, LineError, RecordError, Run
-from data_prep.synth.corpus import MANIFEST_SCHEMA, CaseStats, RunStats
-from data_prep.synth.output import (
+from data_prep.synthetic.corpus import MANIFEST_SCHEMA, CaseStats, RunStats
+from data_prep.synthetic.output import (
     CASE_DIR,
     RUN_DIR,
     file_sha256,

@@ -51,8 +51,8 @@ from data_prep.records import LineError, RecordError, Run, iter_records
 from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_memory, parse_verdict
 from data_prep.sft.render import Prompts, render_reader_verdict, render_writer_action, render_writer_memory
 from data_prep.sft.sanitize import ExampleSanitizer, PseudonymKeyError, resolve_key
-from data_prep.synth.corpus import MANIFEST_SCHEMA
-from data_prep.synth.output import (
+from data_prep.synthetic.corpus import MANIFEST_SCHEMA
+from data_prep.synthetic.output import (
     CASE_DIR,
     MANIFEST,
     RUN_DIR,

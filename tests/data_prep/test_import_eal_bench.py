@@ -32,7 +32,7 @@ from data_prep.oracle import (
     records_at,
 )
 from data_prep.policy_case import iter_policy_case_file, load_schema, validate_policy_case
-from data_prep.synth import SynthConfig, iter_policy_cases
+from data_prep.synthetic import SynthConfig, iter_policy_cases
 
 FIX = Path(__file__).parent / "fixtures" / "eal-bench"
 FILES = sorted(FIX.glob("*.yaml"))

@@ -6,7 +6,7 @@ from pathlib import Path
 from data_prep.importer import main as importer_main
 from data_prep.importers.common import Accepted, Rejected
 from data_prep.importers.runs import iter_items
-from data_prep.synth import SynthConfig, generate_corpus
+from data_prep.synthetic import SynthConfig, generate_corpus
 
 FIX = Path(__file__).parent / "fixtures" / "runs-mixed.jsonl"
 

@@ -24,7 +24,7 @@ from data_prep.policy_case import (
 from data_prep.records import RecordError
 from data_prep.sft.config import load_build_config
 from data_prep.sft.pipeline import build
-from data_prep.synth import SynthConfig, generate_corpus
+from data_prep.synthetic import SynthConfig, generate_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = Path(__file__).parent / "fixtures" / "eal-bench"

@@ -24,8 +24,8 @@ from data_prep.policy_case import (
     validate_record,
 )
 from data_prep.records import LineError, RecordError
-from data_prep.synth import SynthConfig, iter_policy_cases
-from data_prep.synth.config import MEMORY_ERRORS
+from data_prep.synthetic import SynthConfig, iter_policy_cases
+from data_prep.synthetic.config import MEMORY_ERRORS
 
 ISSUERS = ["chief_financial_officer"]
 RECORD = {

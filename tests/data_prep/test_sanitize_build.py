@@ -24,7 +24,7 @@ from data_prep.sft.pipeline import build
 from data_prep.sft.planted import CASE_PLACES, RUN_PLACES, plant_corpus, survivors
 from data_prep.sft.sanitize import ExampleSanitizer, corpus_key
 from data_prep.sft.split import family_key, split_of
-from data_prep.synth import SynthConfig, generate_corpus
+from data_prep.synthetic import SynthConfig, generate_corpus
 from sanitizer.checks import _iban_ok
 
 ROOT = Path(__file__).resolve().parents[2]

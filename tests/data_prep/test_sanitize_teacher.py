@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data_prep.synth import SynthConfig, generate_corpus
+from data_prep.synthetic import SynthConfig, generate_corpus
 from data_prep.teacher_client.collect import CollectConfig, collect
 
 KEY = "AKIAZ7Q2MV4XK3PLW9RD"

@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from data_prep.synth import SynthConfig
-from data_prep.synth.config import config_from_mapping
+from data_prep.synthetic import SynthConfig
+from data_prep.synthetic.config import config_from_mapping
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "data_prep" / "synth.py"

@@ -12,11 +12,11 @@ import pytest
 from data_prep.integrity import seal_run, verify_run
 from data_prep.reconcile import description_names_values, expected_label, reconcile
 from data_prep.records import Run, iter_runs, load_schema
-from data_prep.synth import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
-from data_prep.synth.config import HAZARDS, LEDGER_SABOTAGE, WRITER_ERRORS
-from data_prep.synth.episode import build_run, make_context
-from data_prep.synth.hazards import iban, luhn_card
-from data_prep.synth.output import verify_manifest
+from data_prep.synthetic import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
+from data_prep.synthetic.config import HAZARDS, LEDGER_SABOTAGE, WRITER_ERRORS
+from data_prep.synthetic.episode import build_run, make_context
+from data_prep.synthetic.hazards import iban, luhn_card
+from data_prep.synthetic.output import verify_manifest
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.synth.families import FAMILY_REGISTRY
-from data_prep.synth.world import LOG_ACTION_TOOL
+from data_prep.synthetic.families import FAMILY_REGISTRY
+from data_prep.synthetic.world import LOG_ACTION_TOOL
 
 FAM = FAMILY_REGISTRY
 

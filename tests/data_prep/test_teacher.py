@@ -165,7 +165,7 @@ class FakeOpenAI:
 # ---- fixtures and helpers ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
 
     root = tmp_path_factory.mktemp("teacher-corpus") / "corpus"
     generate_corpus(SynthConfig(runs=6, policy_cases=2, seed=0), root, progress=False)

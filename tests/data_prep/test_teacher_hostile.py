@@ -197,7 +197,7 @@ def test_token_limit_field_by_family_and_a_400_naming_the_other_is_answered_once
     [("echo", "ok", None), ("bad_utf8", "provider_error", "malformed_response"), ("oversize", "truncated", None)],
 )
 def test_collection_classifies_and_writes_no_key(tmp_path, mode, status, kind):
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
     from data_prep.teacher import main
 
     corpus = tmp_path / "corpus"

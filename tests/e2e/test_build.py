@@ -12,7 +12,7 @@ import pytest
 from data_prep.sft import SPLITS, TASKS
 from data_prep.sft.config import load_build_config
 from data_prep.sft.pipeline import build
-from data_prep.synth import SynthConfig, generate_corpus
+from data_prep.synthetic import SynthConfig, generate_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "data" / "default.yaml"

@@ -48,7 +48,7 @@ def world(tmp_path_factory):
         pytest.skip("train/recipe.py is absent: no tiny checkpoints can be trained")
     from data_prep.sft.config import DEFAULT_CONFIG, load_build_config
     from data_prep.sft.pipeline import build
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
 
     root = tmp_path_factory.mktemp("evalworld")
     cache = root / "cache"

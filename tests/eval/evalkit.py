@@ -60,7 +60,7 @@ def make_runs(n: int = 10) -> list[dict]:
 
 
 def policy_cases(n: int = 6, seed: int = 11) -> list[dict]:
-    from data_prep.synth import SynthConfig, iter_policy_cases
+    from data_prep.synthetic import SynthConfig, iter_policy_cases
 
     return list(iter_policy_cases(SynthConfig(runs=1, policy_cases=n, seed=seed)))
 

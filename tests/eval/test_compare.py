@@ -122,7 +122,7 @@ def world(tmp_path_factory):
     keeps every split of this small build non-empty), and a decoding file with short answers."""
     from data_prep.sft.config import load_build_config
     from data_prep.sft.pipeline import build
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
 
     root = tmp_path_factory.mktemp("experiments")
     cache = root / "cache"

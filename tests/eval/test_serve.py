@@ -179,7 +179,7 @@ def test_an_adapter_loads_like_the_evaluations_load_it(tiny_base, tmp_path):
 def test_serve_tiny_then_collect_build_and_rerun_without_requests(tiny_base, tmp_path, capsys):
     from data_prep.sft.config import DEFAULT_CONFIG, load_build_config
     from data_prep.sft.pipeline import build
-    from data_prep.synth import SynthConfig, generate_corpus
+    from data_prep.synthetic import SynthConfig, generate_corpus
     from data_prep.teacher import main as teacher_main
 
     base = tiny_base

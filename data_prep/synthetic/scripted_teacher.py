@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 
 from data_prep.reconcile import Reconciliation, description_names_values
-from data_prep.synth.world import ToolSpec
+from data_prep.synthetic.world import ToolSpec
 
 OK_FRAMES = (
     "Called {tool} to {act}; it succeeded.",

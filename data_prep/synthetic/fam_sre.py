@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from data_prep.synth.world import (
+from data_prep.synthetic.world import (
     CallError,
     Family,
     P,

@@ -10,21 +10,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import data_prep.synth.hazards as hz
+import data_prep.synthetic.hazards as hz
 from data_prep.assemble import assemble_run, clean_labels
 from data_prep.reconcile import Reconciliation, expected_label, reconcile, salient_values
 from data_prep.records import Run
-from data_prep.synth.config import (
+from data_prep.synthetic.config import (
     GENERATOR_NAME,
     GENERATOR_VERSION,
     HAZARDS,
     WRITER_ERRORS,
     SynthConfig,
 )
-from data_prep.synth.families import FAMILY_REGISTRY
-from data_prep.synth.rng import derive_rng, weighted_choice
-from data_prep.synth.scripted_teacher import describe, read, soften
-from data_prep.synth.world import Executed, Family, Step
+from data_prep.synthetic.families import FAMILY_REGISTRY
+from data_prep.synthetic.rng import derive_rng, weighted_choice
+from data_prep.synthetic.scripted_teacher import describe, read, soften
+from data_prep.synthetic.world import Executed, Family, Step
 
 
 class GeneratorBug(AssertionError):

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 
 from data_prep.oracle import DECLINE, EXECUTE, decide, gold_memory_from_events, memory_decide, parse_time
 from data_prep.policy_case import CASE_SCHEMA, REQUEST_DIMENSIONS
-from data_prep.synth.config import GENERATOR_NAME, GENERATOR_VERSION, MEMORY_ERRORS, SynthConfig
-from data_prep.synth.rng import derive_rng, iso, seeded_time
+from data_prep.synthetic.config import GENERATOR_NAME, GENERATOR_VERSION, MEMORY_ERRORS, SynthConfig
+from data_prep.synthetic.rng import derive_rng, iso, seeded_time
 
 
 @dataclass(frozen=True)

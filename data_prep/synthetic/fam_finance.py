@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from data_prep.synth.world import (
+from data_prep.synthetic.world import (
     COMPANIES,
     CallError,
     Family,

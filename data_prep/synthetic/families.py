@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from data_prep.synth.fam_exec_ops import ExecutiveCalendarRecovery, TravelRebooking
-from data_prep.synth.fam_finance import ExpenseReimbursementAudit, ProcurementPaymentChange
-from data_prep.synth.fam_security import AccessRequestProvisioning, VendorSecurityReview
-from data_prep.synth.fam_sre import DeployRollbackReview, ProductionOutageCoordination
-from data_prep.synth.world import Family
+from data_prep.synthetic.fam_exec_ops import ExecutiveCalendarRecovery, TravelRebooking
+from data_prep.synthetic.fam_finance import ExpenseReimbursementAudit, ProcurementPaymentChange
+from data_prep.synthetic.fam_security import AccessRequestProvisioning, VendorSecurityReview
+from data_prep.synthetic.fam_sre import DeployRollbackReview, ProductionOutageCoordination
+from data_prep.synthetic.world import Family
 
 FAMILY_CLASSES: tuple[type[Family], ...] = (
     ProcurementPaymentChange,

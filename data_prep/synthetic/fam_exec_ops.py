@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from data_prep.synth.rng import seeded_time
-from data_prep.synth.world import (
+from data_prep.synthetic.rng import seeded_time
+from data_prep.synthetic.world import (
     CallError,
     Family,
     P,

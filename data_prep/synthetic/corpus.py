@@ -12,7 +12,7 @@ from tqdm import tqdm
 from data_prep.integrity import seal_run
 from data_prep.policy_case import REQUEST_DIMENSIONS
 from data_prep.records import SABOTAGE_TYPES, VERDICT_LABELS
-from data_prep.synth.config import (
+from data_prep.synthetic.config import (
     GENERATOR_NAME,
     GENERATOR_VERSION,
     HAZARDS,
@@ -20,10 +20,10 @@ from data_prep.synth.config import (
     WRITER_ERRORS,
     SynthConfig,
 )
-from data_prep.synth.episode import build_run, make_context
-from data_prep.synth.families import FAMILY_REGISTRY
-from data_prep.synth.output import CASE_DIR, RUN_DIR, prepare_out_dir, write_manifest, write_shards
-from data_prep.synth.policy_gen import build_case
+from data_prep.synthetic.episode import build_run, make_context
+from data_prep.synthetic.families import FAMILY_REGISTRY
+from data_prep.synthetic.output import CASE_DIR, RUN_DIR, prepare_out_dir, write_manifest, write_shards
+from data_prep.synthetic.policy_gen import build_case
 
 MANIFEST_SCHEMA = "ledgerwright-manifest/v1"
 

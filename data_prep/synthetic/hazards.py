@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import string
 
-from data_prep.synth.world import FIRST, LAST
+from data_prep.synthetic.world import FIRST, LAST
 
 B62 = string.ascii_letters + string.digits
 B64 = B62 + "+/"
