@@ -246,6 +246,17 @@ def test_transient_failures_retry_and_final_failures_are_recorded(corpus, tmp_pa
     for role in (w, r, p):
         assert sum(v for k, v in role.items() if k != "items") == role["items"]
 
+    calls = _check_calls(out, c, man, cid)
+    _check_attempts(out, srv, calls, runs)
+    _check_records(out, runs, cid)
+    printed = capsys.readouterr().out
+    assert "provider errors: rerun" in printed and "teacher calls:" in printed
+
+    _check_build(out, tmp_path)
+
+
+def _check_calls(out, c, man, cid) -> list[dict]:
+    """teacher_calls.jsonl: one line per call, statuses and usage as the faults planned."""
     calls = _jsonl(out / "teacher_calls.jsonl")
     writer_calls = sum(len(x) for x in cid[:4]) + 2 + 1  # full ledgers, run 4 cut at call 2, run 5 at call 1
     assert len(calls) == c["calls"]["total"] == writer_calls + 4 + 2
@@ -266,7 +277,11 @@ def test_transient_failures_retry_and_final_failures_are_recorded(corpus, tmp_pa
     assert man["tokens"]["prompt"] == sum(x["usage"]["prompt_tokens"] for x in calls if x["usage"])
     assert man["cost"]["total"] is None and MODEL in man["cost"]["note"]
 
-    # every HTTP attempt is in the attempt log, and matches what the server saw
+    return calls
+
+
+def _check_attempts(out, srv, calls, runs) -> None:
+    """Every HTTP attempt is in the attempt log, and matches what the server saw."""
     attempts = _jsonl(out / "teacher_cache" / "attempts.jsonl")
     assert len(attempts) == sum(srv.seen.values())
     by_turn = Counter(a["tag"] for a in attempts)
@@ -282,7 +297,9 @@ def test_transient_failures_retry_and_final_failures_are_recorded(corpus, tmp_pa
     )
     assert all(a["latency_s"] >= 0 for a in attempts) and set(tags.values()) <= set(by_turn)
 
-    # the records: failures carry no teacher output the build could mistake for a success
+
+def _check_records(out, runs, cid) -> None:
+    """The records: failures carry no teacher output the build could mistake for a success."""
     out_runs = _jsonl(out / "runs" / "runs-00000.jsonl")
     for rec in out_runs:
         Run.from_dict(rec)
@@ -303,10 +320,9 @@ def test_transient_failures_retry_and_final_failures_are_recorded(corpus, tmp_pa
         "memory": [],
     }
 
-    printed = capsys.readouterr().out
-    assert "provider errors: rerun" in printed and "teacher calls:" in printed
 
-    # the build reads the collection as a corpus: writer failures are not evaluable, counts conserve
+def _check_build(out, tmp_path) -> None:
+    """The build reads the collection as a corpus: writer failures are not evaluable, counts conserve."""
     from data_prep.sft.config import DEFAULT_CONFIG, load_build_config
     from data_prep.sft.pipeline import build
 
@@ -416,7 +432,9 @@ def test_killed_collection_resumes_to_identical_bytes_without_repeating_requests
         with pytest.raises(ManifestError, match="missing manifest"):
             require_sealed(res)  # the partial collection is refused by the next consumer
         with pytest.raises(BuildError, match="missing manifest"):
-            build(res, tmp_path / "sft", load_build_config(REPO / "configs/data/default.yaml"), progress=False)
+            build(
+                res, tmp_path / "sft", load_build_config(REPO / "configs/data/default.yaml"), progress=False
+            )
         cached = {json.loads(x)["key"] for x in cache.read_text().split("\n")[:-1]}  # complete lines
         assert 12 <= len(cached) < unique
         before = srv.snapshot()

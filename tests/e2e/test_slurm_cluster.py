@@ -181,12 +181,29 @@ def test_tiny_sweep_on_the_local_cluster(cluster, tmp_path):
 def check_sweep(sweep_dir: Path, submit_out: str, train_job: str, eval_job: str, t0: float) -> None:
     assert f"train array: job {train_job}" in submit_out and f"eval array:  job {eval_job}" in submit_out
     t_submit = time.time()
-    meta = json.loads((sweep_dir / "sweep.json").read_text())
-    tasks = meta["tasks"]
+    tasks = json.loads((sweep_dir / "sweep.json").read_text())["tasks"]
     assert len(tasks) == 4
+    out0, status0 = _requeue_first_task(sweep_dir, tasks, train_job, t_submit)
+    while squeue_ids(train_job, eval_job):
+        assert time.time() - t_submit < WAIT_S, (
+            f"arrays still queued after {WAIT_S} s:\n{dump_logs(sweep_dir)}"
+        )
+        time.sleep(1)
+    t_done = time.time()
 
-    # Requeue task 0 through Slurm once its first checkpoint is complete: hold the training (SIGSTOP,
-    # as a slow step would) so it cannot finish first, then deliver SIGUSR1 to the batch shell only.
+    _check_outputs(sweep_dir, tasks)
+    _check_requeued(sweep_dir, train_job, out0, status0)
+    _check_order(sweep_dir, train_job, eval_job)
+    _check_aggregate(sweep_dir)
+    print(
+        f"\nsubmit+prepare {t_submit - t0:.0f} s, arrays {t_done - t_submit:.0f} s, total {time.time() - t0:.0f} s"
+    )
+
+
+def _requeue_first_task(sweep_dir: Path, tasks: list, train_job: str, t_submit: float) -> tuple[Path, Path]:
+    """Requeue task 0 through Slurm once its first checkpoint is complete: hold the training
+    (SIGSTOP, as a slow step would) so it cannot finish first, then deliver SIGUSR1 to the batch
+    shell only. Returns task 0's output directory and status file."""
     out0 = Path(tasks[0]["train_dir"])
     status0 = sweep_dir / "status" / "train-0000.json"
     while not glob.glob(str(out0 / "checkpoint-*" / "trainer_state.json")):
@@ -217,14 +234,11 @@ def check_sweep(sweep_dir: Path, submit_out: str, train_job: str, eval_job: str,
     # a requeued job may start again only after a delay Slurm sets (~2 minutes); lift it
     sh("scontrol", "update", f"JobId={train_job}_0", "StartTime=now")
 
-    while squeue_ids(train_job, eval_job):
-        assert time.time() - t_submit < WAIT_S, (
-            f"arrays still queued after {WAIT_S} s:\n{dump_logs(sweep_dir)}"
-        )
-        time.sleep(1)
-    t_done = time.time()
+    return out0, status0
 
-    # every task wrote its checkpoint and its evaluation summary
+
+def _check_outputs(sweep_dir: Path, tasks: list) -> None:
+    """Every task wrote its checkpoint and its evaluation summary."""
     for t in tasks:
         ck, ev = Path(t["train_dir"]), Path(t["eval_dir"])
         assert (ck / "manifest.json").is_file(), (
@@ -238,7 +252,9 @@ def check_sweep(sweep_dir: Path, submit_out: str, train_job: str, eval_job: str,
         assert (ev / "summary.json").is_file(), f"{t['name']}: no eval summary\n{dump_logs(sweep_dir)}"
         assert json.loads((ev / "summary.json").read_text())["eval"] == "policy_reuse"
 
-    # task 0 was requeued by Slurm and resumed from its checkpoint
+
+def _check_requeued(sweep_dir: Path, train_job: str, out0: Path, status0: Path) -> None:
+    """Task 0 was requeued by Slurm and resumed from its checkpoint."""
     attempts = json.loads(status0.read_text())["attempts"]
     assert [a["state"] for a in attempts] == ["requeued", "done"], attempts
     assert attempts[1]["restart_count"] == 1
@@ -247,7 +263,9 @@ def check_sweep(sweep_dir: Path, submit_out: str, train_job: str, eval_job: str,
     log0 = (sweep_dir / "logs" / f"train_{train_job}_0.out").read_text()
     assert "requeued" in log0 and f"resuming from {attempts[1]['resumed_from']}" in log0
 
-    # the evaluations started only after all training had finished: Slurm's own times and the runner's
+
+def _check_order(sweep_dir: Path, train_job: str, eval_job: str) -> None:
+    """The evaluations started only after all training had finished: Slurm's own times and the runner's."""
     train_t, eval_t = job_times(train_job), job_times(eval_job)
     assert sorted(train_t) == sorted(eval_t) == ["0", "1", "2", "3"], (train_t, eval_t)
     assert all(s == "COMPLETED" for *_, s in train_t.values()) and all(
@@ -268,7 +286,9 @@ def check_sweep(sweep_dir: Path, submit_out: str, train_job: str, eval_job: str,
     )
     assert eval_start >= train_end
 
-    # the aggregate table: 4 rows, all complete
+
+def _check_aggregate(sweep_dir: Path) -> None:
+    """The aggregate table: 4 rows, all complete."""
     agg = sh(sys.executable, "slurm/aggregate.py", str(sweep_dir), "--strict", cwd=REPO, timeout=300)
     assert "tiny-cpu: 4/4 tasks complete" in agg.stdout
     with open(sweep_dir / "aggregate" / "results.csv", newline="") as fh:
@@ -278,6 +298,3 @@ def check_sweep(sweep_dir: Path, submit_out: str, train_job: str, eval_job: str,
     md = (sweep_dir / "aggregate" / "results.md").read_text()
     assert md.count("\n| ") == 5 and "Every task trained and was evaluated." in md
     assert (sweep_dir / "aggregate" / "scaling.png").is_file()
-    print(
-        f"\nsubmit+prepare {t_submit - t0:.0f} s, arrays {t_done - t_submit:.0f} s, total {time.time() - t0:.0f} s"
-    )

@@ -42,8 +42,16 @@ def _line(obj) -> bytes:
 def make_hostile(root: Path) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     good_a, good_b = _base_runs()
-    good = _line(good_a)
-    files: dict[str, bytes | None] = {}
+    files = {**_mutated_records(good_a, good_b), **_malformed_bytes(_line(good_a), good_b)}
+    paths = _write(root, files)
+    paths["line_50mb"] = _line_50mb(root, _line(good_a))
+    return {**paths, **_special_files(root)}
+
+
+def _mutated_records(good_a: dict, good_b: dict) -> dict[str, bytes]:
+    """Records that parse as JSON but are wrong: lone surrogates, wrong field types, tampered seals;
+    each file has a valid line first, then the bad one."""
+    files: dict[str, bytes] = {}
 
     def mutated(name: str, fn, *, reseal: bool = False) -> None:
         run = copy.deepcopy(good_a)
@@ -110,6 +118,12 @@ def make_hostile(root: Path) -> dict[str, Path]:
         mutated(name, setter(path, value))
     mutated("schema_missing", lambda r: r.pop("schema"))
     mutated("model_ledger_entry_string", lambda r: r["model_ledger"].__setitem__(0, "entry"))
+    return files
+
+
+def _malformed_bytes(good: bytes, good_b: dict) -> dict[str, bytes]:
+    """Files that are not valid JSON lines: syntax, encoding, depth, size."""
+    files: dict[str, bytes] = {}
     files["record_is_string"] = good + b'"a run"\n'
     files["duplicate_run_id"] = good + good
     # syntax and encoding
@@ -133,12 +147,20 @@ def make_hostile(root: Path) -> dict[str, Path]:
     files["long_key"] = good + b'{"' + b"k" * 1_000_000 + b'": 1}\n'
     files["many_empty_lines_then_junk"] = b"\n" * 100_000 + b"junk\n"
     files["whitespace_then_junk"] = b" \t \n" * 1000 + b"{]\n"
+    return files
+
+
+def _write(root: Path, files: dict[str, bytes]) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     for name, data in files.items():
         p = root / f"{name}.jsonl"
         p.write_bytes(data)
         paths[name] = p
-    # a 50 MB line, written in chunks (never held twice)
+    return paths
+
+
+def _line_50mb(root: Path, good: bytes) -> Path:
+    """A 50 MB line, written in chunks (never held twice)."""
     p = root / "line_50mb.jsonl"
     with open(p, "wb") as fh:
         fh.write(good)
@@ -147,8 +169,12 @@ def make_hostile(root: Path) -> dict[str, Path]:
         for _ in range(50):
             fh.write(chunk)
         fh.write(b'"}\n')
-    paths["line_50mb"] = p
-    # special files
+    return p
+
+
+def _special_files(root: Path) -> dict[str, Path]:
+    """A FIFO, a directory, a symlink loop, a dangling link and links to devices and /proc."""
+    paths: dict[str, Path] = {}
     fifo = root / "fifo.jsonl"
     os.mkfifo(fifo)
     paths["fifo"] = fifo
