@@ -18,6 +18,7 @@ from data_prep.embedded import default_cache_dir
 from data_prep.integrity import verify_run
 from data_prep.manifest import sha256_file
 from data_prep.records import LineError, Run, iter_runs
+from data_prep.synthetic.output import CASE_DIR, RUN_DIR, shard_files
 
 logger = logging.getLogger("ledgerwright.eval")
 
@@ -133,17 +134,13 @@ def order_key(seed: int, item_id: str) -> tuple[int, str]:
 
 
 def _jsonl_files(path: Path, sub: str) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if (path / sub).is_dir():
-        return sorted((path / sub).glob("*.jsonl"))
-    return sorted(path.glob("*.jsonl"))
+    return [path] if path.is_file() else shard_files(path, sub, loose=True)
 
 
 def load_runs(path: Path, *, families: list[str] | None, limit: int | None, seed: int) -> Selection:
     """Runs from a JSONL file or a corpus directory, restricted to ``families`` (None: all), in seeded
     hash order, the first ``limit``. Lines that do not load are listed in ``problems``."""
-    files = _jsonl_files(Path(path), "runs")
+    files = _jsonl_files(Path(path), RUN_DIR)
     if not files:
         raise SourceError(f"{path}: no run JSONL files (expected runs/*.jsonl or *.jsonl)")
     runs: list[Run] = []
@@ -204,7 +201,7 @@ def load_cases(path: Path, *, families: list[str] | None, limit: int | None, see
     else:
         from data_prep.policy_case import iter_policy_case_file
 
-        files = _jsonl_files(path, "policy_cases")
+        files = _jsonl_files(path, CASE_DIR)
         if not files:
             raise SourceError(
                 f"{path}: no policy-case JSONL (policy_cases/*.jsonl, *.jsonl) or case YAML files"

@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+import data_prep.synthetic.output as output
 from data_prep.canonical import canonical_bytes, canonical_chat, dumps_canonical
 from data_prep.integrity import verify_run
 from data_prep.manifest import (
@@ -193,10 +194,9 @@ def corpus_files(corpus: Path, problems: Problems, strict: bool) -> tuple[list[P
         for rel in sorted(listed):
             if not (corpus / rel).is_file() and not any(rel in p for p in problems.items):
                 problems.add(f"{corpus / rel}: listed in the corpus manifest but missing")
-    runs = sorted((corpus / "runs").glob("*.jsonl")) if (corpus / "runs").is_dir() else []
-    cases = sorted((corpus / "policy_cases").glob("*.jsonl")) if (corpus / "policy_cases").is_dir() else []
+    runs, cases = output.shard_files(corpus, output.RUN_DIR), output.shard_files(corpus, output.CASE_DIR)
     if not runs and not cases:
-        runs = sorted(corpus.glob("*.jsonl"))
+        runs = sorted(corpus.glob("*.jsonl"))  # a bare set of run files
     if not runs and not cases:
         raise BuildError(f"{corpus}: no runs/*.jsonl, policy_cases/*.jsonl or *.jsonl files")
     return runs, cases, listed

@@ -21,6 +21,15 @@ RUN_DIR, CASE_DIR = "runs", "policy_cases"
 MANIFEST, REJECTS = "manifest.json", "rejects.jsonl"
 
 
+def shard_files(corpus: Path, sub: str, *, loose: bool = False) -> list[Path]:
+    """The JSONL files of ``corpus/sub`` (``RUN_DIR`` or ``CASE_DIR``) in name order: how every reader
+    finds a corpus's shards. With ``loose``, a directory without that folder gives its own top-level
+    ``*.jsonl`` (a bare set of files, as users and other tools write them)."""
+    if (corpus / sub).is_dir():
+        return sorted((corpus / sub).glob("*.jsonl"))
+    return sorted(corpus.glob("*.jsonl")) if loose else []
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

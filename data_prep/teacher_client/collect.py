@@ -58,6 +58,7 @@ from data_prep.synthetic.output import (
     RUN_DIR,
     file_sha256,
     prepare_out_dir,
+    shard_files,
     write_rejects,
     write_shards,
 )
@@ -526,8 +527,7 @@ def corpus_files(corpus: Path, allow_unsealed: bool = False) -> tuple[list[Path]
             (check_manifest(corpus, key="files") if allow_unsealed else require_sealed(corpus))
         except ValueError as exc:
             raise CollectError(f"{exc} (refused; --allow-unsealed reads it anyway)") from None
-    runs = sorted((corpus / RUN_DIR).glob("*.jsonl")) if (corpus / RUN_DIR).is_dir() else []
-    cases = sorted((corpus / CASE_DIR).glob("*.jsonl")) if (corpus / CASE_DIR).is_dir() else []
+    runs, cases = shard_files(corpus, RUN_DIR), shard_files(corpus, CASE_DIR)
     if not runs and not cases:
         raise CollectError(f"{corpus}: no {RUN_DIR}/*.jsonl or {CASE_DIR}/*.jsonl files")
     return runs, cases
