@@ -65,6 +65,12 @@ def _step_timer():
     return StepTimer()
 
 
+def _repo_relative(path) -> str:
+    """A path as results files record it: relative to the repository when inside it (no machine paths)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(path)
+
+
 @contextlib.contextmanager
 def _fused_attention(on: bool):
     """With ``on`` False, the CPU's fused global-attention path is refused (every layer tiled)."""
@@ -156,7 +162,7 @@ def cpu_bench(args) -> dict:
     return {
         "kind": "cpu",
         "date": datetime.date.today().isoformat(),
-        "data_dir": str(sft_dir),
+        "data_dir": _repo_relative(sft_dir),
         "role": cfg.role,
         "task": cfg.task,
         "examples": len(rows),
@@ -178,7 +184,7 @@ def cpu_bench(args) -> dict:
         "torch_threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
         "cpu_count": os.cpu_count(),
-        "model": str(model_path),
+        "model": _repo_relative(model_path),
     }
 
 
