@@ -50,7 +50,10 @@ def test_workers_return_the_same_records_in_chunk_order(tmp_path):
     assert [r["item"] for recs in spawned for r in recs] == [1, 2, 3, 4, 5, 6, 7]
 
 
-def test_worker_count_follows_config_cores_and_chunks():
+def test_worker_count_follows_config_cores_and_chunks(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU rule, on any machine
     cfg = DecodingConfig()
     assert worker_count(cfg, 8, backends_given=True) == 1  # backends built by the caller stay here
     assert worker_count(cfg, 1, backends_given=False) == 1
@@ -60,6 +63,8 @@ def test_worker_count_follows_config_cores_and_chunks():
     cores = len(os.sched_getaffinity(0))
     assert worker_count(cfg, 64, backends_given=False) == max(1, cores)  # threads: 1 per process
     assert worker_count(DecodingConfig(threads=cores), 64, backends_given=False) == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert worker_count(cfg, 64, backends_given=False) == 1  # a GPU: one process holds the model
 
 
 def test_workers_setting_is_checked_and_does_not_change_the_digest(tmp_path):
