@@ -16,8 +16,8 @@ Curricula (``--curriculum``):
   variable    random tokens ``S F S`` with a random gap: only a content-matching (induction) head solves it
   text        corpus windows ``S F S``: real text repeated after a random gap
 
-``--copy-circuit`` starts from the copy circuit of ``train/copy_circuit.py`` (previous-token heads in
-layer 0, an induction head in layer 1, their attention patterns frozen), as the tiny base now does.
+``--copy-circuit`` starts from the copy circuit of ``train/copy_circuit.py`` (positional heads in
+layer 0, a two-token and a one-token match after them, their attention patterns frozen), as the tiny base does.
 
     python bench/copy_probe.py --curriculum variable --steps 200 --seq 128 --batch 32 --vocab-range 500
     python bench/copy_probe.py --curriculum variable --copy-circuit --steps 200 --seq 512 --batch 8

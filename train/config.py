@@ -85,8 +85,16 @@ class TinyBaseConfig:
     copy_circuit: bool = field(
         default=True,
         metadata=_help(
-            "start from a copying circuit (previous-token heads in layer 0, an induction head in layer 1; "
-            "train/copy_circuit.py): a content-matching copy does not emerge from minutes of CPU pretraining"
+            "start from a copying circuit (positional heads in layer 0, a two-token match that prefers the "
+            "latest occurrence in layer 1, a one-token match in the first global layer; train/copy_circuit.py): "
+            "a content-matching copy does not emerge from minutes of CPU pretraining"
+        ),
+    )
+    rename_tools: float = field(
+        default=0.5,
+        metadata=_help(
+            "share of the writer examples in the pretraining text whose tools get fresh names in every "
+            "turn (train/augment.py): copying a name from the call then pays, recalling one does not"
         ),
     )
     copy_fraction: float = field(
@@ -119,7 +127,7 @@ class TrainConfig:
         default=0, metadata=_help("seed of example sampling, adapter init, data order, dropout")
     )
     rename_tools: float = field(
-        default=0.0,
+        default=0.5,
         metadata=_help(
             "share of the writer's training examples whose tools get fresh names in every turn (train/augment.py), "
             "so a tool name is copied from the call, never recalled; 0 trains on the names as built"

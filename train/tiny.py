@@ -30,7 +30,7 @@ from train.config import REPO_ROOT, TinyBaseConfig
 
 logger = logging.getLogger("ledgerwright.train")
 
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
 TOKENIZER_MAX_CHARS = 20_000_000  # BPE training text, a seeded sample of the messages beyond this
 TEMPLATE = REPO_ROOT / "configs" / "chat_templates" / "gemma3-train.jinja"
 SFT_TASKS = ("writer_action", "writer_memory", "reader_verdict", "reader_policy")
@@ -51,6 +51,10 @@ ID_CHARS = (
 # a description) as after a quote (the entry's JSON): a copy is then token for token. Plain words keep
 # their leading space.
 SPACE_BEFORE_ID = r" (?=[A-Za-z][A-Za-z0-9]*[_-][A-Za-z0-9])"
+# JSON's separators between a key and its value and between fields, one token each (byte-level
+# pre-tokenization would cut ``": "`` in two): a field's value then follows the two tokens ``key": "``,
+# which the copy circuit's two-token match finds (train/copy_circuit.py).
+JSON_SEPARATORS = ('": "', '", "')
 
 
 def _sha(text: str | bytes) -> str:
@@ -113,9 +117,9 @@ def ensure_tiny_base(sft_dir: Path, cache_dir: Path, cfg: TinyBaseConfig) -> Pat
 
 def train_tokenizer(texts: list[str], vocab_size: int):
     """A byte-level BPE with the Gemma-style special tokens, digits and id characters split one per
-    token (``ID_CHARS``), identifiers without their leading space (``SPACE_BEFORE_ID``), and the
-    training chat template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    token (``ID_CHARS``), identifiers without their leading space (``SPACE_BEFORE_ID``), JSON's
+    separators one token each (``JSON_SEPARATORS``), and the training chat template."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -134,6 +138,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    tok.add_tokens([AddedToken(sep, normalized=False) for sep in JSON_SEPARATORS])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS,
@@ -150,8 +155,11 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 def model_config(cfg: TinyBaseConfig, tokenizer):
     from transformers import Gemma3TextConfig
 
-    layer_types = [
-        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(cfg.num_hidden_layers)
+    # two sliding layers first (the copy circuit's positional heads and window match), then global
+    # and sliding alternating, the last one global
+    n = cfg.num_hidden_layers
+    layer_types = ["sliding_attention"] * min(n, 2) + [
+        "full_attention" if i % 2 == 0 or i == n - 1 else "sliding_attention" for i in range(2, n)
     ]
     if "full_attention" not in layer_types:
         layer_types[-1] = "full_attention"
@@ -305,6 +313,8 @@ def build_tiny_base(
     import torch
     from transformers import Gemma3ForCausalLM, GenerationConfig
 
+    from train.augment import rename_tools
+
     t0 = time.time()
     texts = [m["content"] for r in train_rows for m in r["messages"]]
     if sum(map(len, texts)) > TOKENIZER_MAX_CHARS:
@@ -330,7 +340,14 @@ def build_tiny_base(
     # one pass worth of tokens: every pretraining step sees new text while the corpus lasts
     budget = cfg.pretrain_steps * cfg.pretrain_batch_size * cfg.pretrain_seq_len
     train_blocks = _blocks(
-        _documents(train_rows, tokenizer, cfg.pretrain_format, budget, cfg.seed), cfg.pretrain_seq_len
+        _documents(
+            rename_tools(train_rows, cfg.seed, cfg.rename_tools),
+            tokenizer,
+            cfg.pretrain_format,
+            budget,
+            cfg.seed,
+        ),
+        cfg.pretrain_seq_len,
     )
     eval_src = val_rows or train_rows
     eval_blocks = _blocks(

@@ -20,8 +20,9 @@ from typing import Any
 from data_prep.oracle import RECORD_FIELDS, REQUEST_FIELDS, SCOPE_REQUEST_FIELDS, is_scope, record_fields
 
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
-# rebuilt (2: answers in the prompt's field order; the call's identity right before the answer).
-RENDER_VERSION = "ledgerwright-render/3"
+# rebuilt (2: answers in the prompt's field order; the call's identity right before the answer;
+# 5: the call as a tool call in JSON, its id last).
+RENDER_VERSION = "ledgerwright-render/5"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -109,15 +110,16 @@ def task_text(run: dict) -> str:
 
 
 def call_text(seq: int, call: dict) -> str:
-    """One executed call as the writer sees it: what the environment returned, what was requested and
-    its status, and last the call's tool and id, which the entry starts with. The id then lies a fixed
-    number of tokens before the place it is repeated in the answer, whatever the call; long results
-    (never repeated) come first, out of the way."""
+    """One executed call as the writer sees it: what the environment returned and its status, then
+    the call itself as a tool call is written (tool, arguments, id, as JSON). The id comes last, so it
+    lies a fixed number of tokens before the place the entry repeats it, whatever the call; the tool
+    follows the same ``"tool": "`` as in the entry; long results (never repeated) come first, out of
+    the way."""
+    shown = laid_out(
+        {"tool": call["tool"], "arguments": sorted_data(call["arguments"]), "call_id": call["call_id"]}
+    )
     return (
-        f"Result of call {seq}: {compact(call.get('result'))}\n"
-        f"arguments: {compact(call['arguments'])}\n"
-        f"status: {call['status']}\n"
-        f"Call {seq}: {call['tool']} (id {call['call_id']})"
+        f"Result of call {seq}: {compact(call.get('result'))}\nstatus: {call['status']}\nCall {seq}: {shown}"
     )
 
 

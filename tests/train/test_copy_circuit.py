@@ -9,7 +9,7 @@ from train.copy_circuit import copy_accuracy, init_copy_circuit, positional_atte
 VOCAB = 300
 
 
-def small_model(layer_types=("sliding_attention", "full_attention")):
+def small_model(layer_types=("sliding_attention", "sliding_attention", "full_attention")):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(0)
@@ -18,8 +18,8 @@ def small_model(layer_types=("sliding_attention", "full_attention")):
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=len(layer_types),
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
         head_dim=32,
         query_pre_attn_scalar=32,
         sliding_window=64,
@@ -36,7 +36,7 @@ def test_positional_heads_attend_to_their_offsets():
     model = small_model()
     assert max(positional_attention(model)) < 0.3  # a plain init attends anywhere
     init_copy_circuit(model)
-    assert all(a > 0.95 for a in positional_attention(model))  # offsets 1 and 2
+    assert all(a > 0.95 for a in positional_attention(model))  # offsets 1, 2 and 0
 
 
 def test_repeat_sequences_label_only_the_predictable_repeat():
@@ -82,6 +82,50 @@ def test_the_circuit_copies_at_any_distance_where_a_plain_init_cannot():
         hook.remove()
 
 
-def test_the_circuit_needs_a_global_second_layer():
+def test_the_circuit_needs_a_global_layer():
     with pytest.raises(ValueError, match="global"):
         init_copy_circuit(small_model(("sliding_attention", "sliding_attention")))
+
+
+def tiny_sized_model():
+    """The embedded tiny base's shape (configs/train/tiny.yaml), freshly initialised."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(
+        vocab_size=3000,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        query_pre_attn_scalar=32,
+        sliding_window=128,
+        layer_types=["sliding_attention"] * 2 + ["full_attention"] * 2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
+    model = Gemma3ForCausalLM(cfg)
+    model.config._attn_implementation = "eager"
+    return model
+
+
+def test_the_window_match_takes_the_latest_two_token_match_over_a_nearer_one_token_match():
+    """``"tool": "`` in an entry must copy from the current call's ``"tool": "``, not from the entry's
+    own ``"call_id": "`` a few tokens back (the same last token) nor from an older call's tool field."""
+    model = tiny_sized_model()
+    init_copy_circuit(model)
+    gen = torch.Generator().manual_seed(1)
+    hits = 0
+    for _ in range(40):
+        x = torch.randint(6, 3000, (120,), generator=gen)
+        a, b, c = (int(v) for v in torch.randint(6, 3000, (3,), generator=gen))
+        x[20], x[21] = a, b  # an older full match (next token at 22)
+        x[70], x[71] = a, b  # the latest full match (next token at 72)
+        x[113], x[114] = c, b  # a nearer match on the last token only
+        x[118], x[119] = a, b
+        with torch.no_grad():
+            att = model(input_ids=x[None], output_attentions=True, use_cache=False).attentions[1][0, 0, -1]
+        hits += int(att.argmax()) == 72
+    assert hits >= 36
