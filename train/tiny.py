@@ -132,7 +132,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=vocab_size - len(JSON_SEPARATORS),  # they are added after training
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,

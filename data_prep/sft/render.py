@@ -21,8 +21,8 @@ from data_prep.oracle import RECORD_FIELDS, REQUEST_FIELDS, SCOPE_REQUEST_FIELDS
 
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer;
-# 5: the call as a tool call in JSON, its id last).
-RENDER_VERSION = "ledgerwright-render/5"
+# 6: the call as a tool call in JSON, in the entry's field order).
+RENDER_VERSION = "ledgerwright-render/6"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -111,12 +111,12 @@ def task_text(run: dict) -> str:
 
 def call_text(seq: int, call: dict) -> str:
     """One executed call as the writer sees it: what the environment returned and its status, then
-    the call itself as a tool call is written (tool, arguments, id, as JSON). The id comes last, so it
-    lies a fixed number of tokens before the place the entry repeats it, whatever the call; the tool
-    follows the same ``"tool": "`` as in the entry; long results (never repeated) come first, out of
-    the way."""
+    the call itself as a tool call is written (id, tool, arguments, as JSON). The entry starts with the
+    same two fields in the same layout, so the id and the tool are copied token by token from the
+    line just above (the tiny base's two-token copy match finds them); long results (never repeated)
+    come first, out of the way."""
     shown = laid_out(
-        {"tool": call["tool"], "arguments": sorted_data(call["arguments"]), "call_id": call["call_id"]}
+        {"call_id": call["call_id"], "tool": call["tool"], "arguments": sorted_data(call["arguments"])}
     )
     return (
         f"Result of call {seq}: {compact(call.get('result'))}\nstatus: {call['status']}\nCall {seq}: {shown}"

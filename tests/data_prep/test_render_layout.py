@@ -55,6 +55,12 @@ def test_tool_data_renders_the_same_whatever_its_key_order():
     }
     b = {**a, "arguments": {"a": {"x": 3, "y": 2}, "b": 1}, "result": {"k": 2, "z": 1}}
     assert call_text(2, a) == call_text(2, b)
-    # the tool and the id come last, as JSON fields (the entry's own layout), right before the answer
-    assert call_text(2, a).rstrip().endswith('Call 2: {"tool": "t", "arguments": {"a": {"x": 3, "y": 2}, "b": 1}, "call_id": "call_ab12"}')
+    # the call comes last as JSON, its id and tool in the entry's layout, right before the answer
+    assert (
+        call_text(2, a)
+        .rstrip()
+        .endswith(
+            'Call 2: {"call_id": "call_ab12", "tool": "t", "arguments": {"a": {"x": 3, "y": 2}, "b": 1}}'
+        )
+    )
     assert laid_out({"b": 1, "a": 2}) == '{"b": 1, "a": 2}'

@@ -136,3 +136,17 @@ def test_ids_tokenize_one_character_per_token_wherever_they_appear(sft_dir):
     assert len(tok.tokenize(" cafe")) < 4 or len(tok.tokenize(" decade")) < 6
     text = 'Zahlung €1.200 an "Acme" ✓ call_00ffab12cd34 {"k": [1, 2]}'
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_json_separators_are_one_token_each(tiny_base):
+    """``": "`` and ``", "`` are single tokens, so a value follows the same two tokens ``key": "``
+    wherever the key appears (the copy circuit's two-token match), and text round-trips."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_base))
+    text = '{"tool": "get_user", "call_id": "call_0a1b2c3d4e5f"}'
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    pieces = [tok.decode([i]) for i in ids]
+    assert pieces.count('": "') == 2 and pieces.count('", "') == 1
+    assert pieces[pieces.index("tool") + 1] == '": "'
+    assert tok.decode(ids) == text
