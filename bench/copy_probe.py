@@ -21,6 +21,7 @@ layer 0, a two-token and a one-token match after them, their attention patterns 
 
     python bench/copy_probe.py --curriculum variable --steps 200 --seq 128 --batch 32 --vocab-range 500
     python bench/copy_probe.py --curriculum variable --copy-circuit --steps 200 --seq 512 --batch 8
+    python bench/copy_probe.py --tiny-base /tmp/probe-cache [--set copy_fraction=0.4]
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="also write the results as JSON here")
+    p.add_argument(
+        "--tiny-base",
+        metavar="CACHE_DIR",
+        help="instead of a curriculum: build the tiny base exactly as training does (train/tiny.py, the "
+        "default TinyBaseConfig) into CACHE_DIR, or reuse it there, and report its held-out figures",
+    )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=JSON", help="with --tiny-base: a TinyBaseConfig field"
+    )
     return p.parse_args(argv)
 
 
@@ -161,8 +171,10 @@ def main(argv=None) -> int:
 
         sft = Path(ensure_default_sft())
     cfg = replace(TinyBaseConfig(), seed=args.seed)
-    train_rows, _ = corpus_rows(sft)
     heldout = load_tasks(sft, ["writer_action"]).splits["heldout"][: args.heldout_runs]
+    if args.tiny_base:
+        return probe_tiny_base(args, sft, cfg, heldout)
+    train_rows, _ = corpus_rows(sft)
     tok = train_tokenizer([m["content"] for r in train_rows for m in r["messages"]], cfg.vocab_size)
     from transformers import Gemma3ForCausalLM
 
@@ -231,6 +243,32 @@ def main(argv=None) -> int:
         "heldout": heldout_copy(model, tok, heldout),
     }
     print(json.dumps({k: result[k] for k in ("tokens_per_second", "load_average", "heldout")}))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def probe_tiny_base(args, sft: Path, cfg, heldout: list[dict]) -> int:
+    """The held-out teacher-forced figures of the tiny base that training builds (or has cached)."""
+    from transformers import AutoTokenizer, Gemma3ForCausalLM
+
+    from train.tiny import ensure_tiny_base
+
+    fields = dict(item.split("=", 1) for item in args.set)
+    cfg = replace(cfg, **{k: json.loads(v) for k, v in fields.items()})
+    t0 = time.time()
+    base = ensure_tiny_base(sft, Path(args.tiny_base), cfg)
+    info = json.loads((base / "pretrain.json").read_text(encoding="utf-8"))
+    model = Gemma3ForCausalLM.from_pretrained(base)
+    result = {
+        "base": base.name,
+        "tiny_config": fields,
+        "seconds": round(time.time() - t0, 1),
+        "load_average": os.getloadavg(),
+        "copy_accuracy_after": info["copy_accuracy_after"],
+        "heldout": heldout_copy(model, AutoTokenizer.from_pretrained(base), heldout),
+    }
+    print(json.dumps(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0

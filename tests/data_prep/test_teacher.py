@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from interrupt import kill_after_lines
+from shown_calls import shown_calls
 
 from data_prep.assemble import describe_call
 from data_prep.policy_case import validate_policy_case
@@ -32,10 +32,6 @@ from data_prep.teacher_client.settings import RetryPolicy, SettingsError, load_d
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "teacher-x"
-# a call as data_prep.sft.render.call_text shows it (arguments, status, then tool and id)
-CALL_RE = re.compile(
-    r"arguments: (?P<args>.*)\nstatus: (?P<status>\S+)\nCall (?P<seq>\d+): (?P<tool>\S+) \(id (?P<cid>\S+)\)"
-)
 FAST = ["--max-attempts", "3", "--backoff-base", "0.01", "--timeout", "0.5", "--quiet"]
 OUTPUTS = ("runs", "policy_cases", "rejects.jsonl", "teacher_calls.jsonl", "manifest.json")
 
@@ -54,9 +50,8 @@ def _answer(body: dict) -> str:
     task = _task(body)
     last = body["messages"][-1]["content"]
     if task == "writer":
-        m = list(CALL_RE.finditer(last))[-1]
-        cid, tool, args, status = m["cid"], m["tool"], m["args"], m["status"]
-        call = {"call_id": cid, "tool": tool, "arguments": json.loads(args), "status": status}
+        call = shown_calls(last)[-1]
+        cid, tool, status = call["call_id"], call["tool"], call["status"]
         entry = {"call_id": cid, "tool": tool, "description": describe_call(call), "claimed_outcome": status}
         return "Entry:\n" + json.dumps(entry)
     if task == "reader":
@@ -223,8 +218,7 @@ def test_transient_failures_retry_and_final_failures_are_recorded(corpus, tmp_pa
         text = body["messages"][-1]["content"]
         kind = _task(body)
         if kind == "writer":
-            m = list(CALL_RE.finditer(text))[-1]
-            steps = plan.get(m["cid"], ["ok"])
+            steps = plan.get(shown_calls(text)[-1]["call_id"], ["ok"])
             return steps[min(nth, len(steps) - 1)]
         if kind == "reader" and f'"call_id": "{reader_refuses}"' in text:
             return "refuse"

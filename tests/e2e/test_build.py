@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shown_calls import shown_calls
 
 from data_prep.sft import SPLITS, TASKS
 from data_prep.sft.config import load_build_config
@@ -162,7 +163,7 @@ def test_rendered_inputs_carry_no_gold_fields(built):
     users = [m for m in ex["messages"] if m["role"] == "user"]
     answers = [json.loads(m["content"]) for m in ex["messages"] if m["role"] == "assistant"]
     assert len(users) == len(answers) and [a["call_id"] for a in answers] == [
-        re.search(r"\(id (\S+)\)", u["content"]).group(1) for u in users
+        shown_calls(u["content"])[-1]["call_id"] for u in users
     ]
 
 

@@ -15,13 +15,12 @@ import time
 from pathlib import Path
 
 from runfactory import calls, run_dict
+from shown_calls import shown_calls
 
 from data_prep.assemble import describe_call
 
+
 # the call as data_prep.sft.render.call_text shows it: result, arguments, status, then tool and id
-CALL_RE = re.compile(r"arguments: (.*)\nstatus: (\S+)\nCall (\d+): (\S+) \(id (\S+)\)")
-
-
 def make_runs(n: int = 10) -> list[dict]:
     """``n`` runs over two families; every third has an unauthorized call that executed (c3)."""
     out = []
@@ -66,11 +65,14 @@ def policy_cases(n: int = 6, seed: int = 11) -> list[dict]:
 
 
 def faithful_entry_text(user_text: str) -> str:
-    m = CALL_RE.search(user_text)
-    args, status, seq, tool, cid = m.groups()
-    call = {"call_id": cid, "tool": tool, "arguments": json.loads(args), "status": status}
+    call = shown_calls(user_text)[-1]
     return json.dumps(
-        {"call_id": cid, "tool": tool, "description": describe_call(call), "claimed_outcome": status}
+        {
+            "call_id": call["call_id"],
+            "tool": call["tool"],
+            "description": describe_call(call),
+            "claimed_outcome": call["status"],
+        }
     )
 
 

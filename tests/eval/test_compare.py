@@ -109,7 +109,7 @@ def test_identical_conditions_differ_by_zero_with_p_one(tmp_path):
 TINY = {"max_steps": 1, "save_steps": 1, "eval_steps": "none", "eval_examples": 2, "parse_check_examples": 0,
         "max_length": 512, "num_threads": 2, "attn_implementation": "sdpa", "tiny_vocab_size": 512,
         "tiny_hidden_size": 64, "tiny_intermediate_size": 128, "tiny_num_hidden_layers": 2,
-        "tiny_num_attention_heads": 2, "tiny_num_key_value_heads": 1, "tiny_head_dim": 32,
+        "tiny_num_attention_heads": 4, "tiny_num_key_value_heads": 2, "tiny_head_dim": 32,
         "tiny_sliding_window": 64, "tiny_pretrain_steps": 4, "tiny_pretrain_batch_size": 4,
         "tiny_pretrain_seq_len": 128}  # fmt: skip
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
