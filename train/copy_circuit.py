@@ -12,12 +12,13 @@ any distance after a few dozen steps. So the tiny base starts with one:
   phase on the high-frequency pairs; their values (a random projection of the token half of the
   residual, the token's *fingerprint*) are written to three slots of their own.
 - layer 1 (a sliding layer), query head 0 and its twin on the second key/value head: match this
-  token *and the one before it* against the previous two tokens of every position in the window,
-  prefer a match about ``RECENCY_PEAK`` tokens back (a constant query and key on a middle-frequency
-  pair: the call line above an entry, over older turns and over the entry's own last dozen tokens)
-  and copy the attended token's embedding. A one-token match cannot tell the current call's
-  ``"tool": "`` from the entry's own ``"call_id": "`` a few tokens back; a two-token match can, and
-  the preferred distance keeps an id whose character pair repeats from copying itself.
+  token *and the one before it* against the previous two tokens of every position in its window,
+  prefer the latest match (a constant query and key on a middle-frequency pair, whose ``cos`` falls
+  over the window) and copy the attended token's embedding. A one-token match cannot tell the current
+  call's ``"tool": "`` from the entry's own ``"call_id": "`` a few tokens back; a two-token match with
+  a preference for the latest one picks the current call. (Known cost: an id whose character pair
+  repeats can copy itself; a preference peaked further back was measured and not kept, see
+  ``bench/results/learning-2026-12-02-cpu.md``.)
 - the first global layer after it, query head 0: matches this token's fingerprint against the
   previous-token slot of every earlier position on the low-frequency RoPE pairs (nearly position-free
   over the context) and copies the attended token's fingerprint back into the token half: a
@@ -37,10 +38,8 @@ OFFSETS = (1, 2, 0)  # layer 0's positional heads, in slot order: previous token
 CONST = 0.05  # the constant embedding dimension (raw weight; Gemma scales it by sqrt(hidden))
 GAIN = 3.5  # q/k norm gain of the positional heads (a sharp peak at their offset)
 MATCH_GAIN = 4.0  # q/k norm gain of the induction heads
-RECENCY = 6.5  # weight of the constant query/key on the window match's recency pair
-RECENCY_PAIR = 7  # with the sliding layers' theta 1e4: 0.018 rad a token
-RECENCY_PEAK = 60  # tokens back where that pair's preference peaks: the call line above an entry, not
-# the entry's own last dozen tokens (an id whose two-character pair repeats would copy itself again)
+RECENCY = 5.0  # weight of the constant query/key on the window match's recency pair
+RECENCY_PAIR = 8  # with the sliding layers' theta 1e4: 0.01 rad a token, monotonic over a 128 window
 OUTPUT_GAIN = 4.0  # final norm gain: with embeddings of std 0.02 a copied token could not win the softmax
 
 
@@ -201,8 +200,7 @@ def _one_token_match(att, fingerprint, slot: dict, width: int) -> list:
 
 def _two_token_match(att, slot: dict, width: int, const_dim: int, n_tok: int) -> list:
     """Layer 1 head 0: (this token, the previous one) against (previous, the one before) of every
-    position in the window, on the pairs above ``RECENCY_PAIR``; the recency pair prefers matches
-    about ``RECENCY_PEAK`` tokens back over older ones and over the last dozen tokens.
+    position in the window, on the pairs above ``RECENCY_PAIR``; the recency pair prefers the latest.
     Copies the attended token's embedding (by layer 1 the token half is still the token's own)."""
     import torch
 
@@ -215,12 +213,10 @@ def _two_token_match(att, slot: dict, width: int, const_dim: int, n_tok: int) ->
     att.k_proj.weight[:hd].zero_()
     _match_rows(att, first[:n], slot[0], slot[1], list(range(n)))
     _match_rows(att, second[:n], slot[1], slot[2], list(range(n, 2 * n)))
-    angle = -RECENCY_PEAK * float(_inv_freq(att.config, 1)[RECENCY_PAIR])
-    att.q_proj.weight[RECENCY_PAIR, const_dim] = RECENCY * math.cos(angle)
-    att.q_proj.weight[RECENCY_PAIR + half, const_dim] = RECENCY * math.sin(angle)
+    att.q_proj.weight[RECENCY_PAIR, const_dim] = RECENCY
     att.k_proj.weight[RECENCY_PAIR, const_dim] = RECENCY
     gains = torch.zeros(hd)
-    gains[first[:n] + second[:n] + [RECENCY_PAIR, RECENCY_PAIR + half]] = MATCH_GAIN - 1
+    gains[first[:n] + second[:n] + [RECENCY_PAIR]] = MATCH_GAIN - 1
     att.q_norm.weight.copy_(gains)
     att.k_norm.weight.copy_(gains)
     _copy_value(att, hd)

@@ -91,7 +91,7 @@ def test_writer_is_driven_turn_by_turn_with_its_own_answers(runs_file, tmp_path)
     assert [len(c) for c in convs] == [2, 4, 6, 8]
     last = convs[-1]
     assert last[0]["role"] == "system" and "ledger writer" in last[0]["content"]
-    assert "The run starts." in last[1]["content"] and "Call 1: lookup_vendor (id" in last[1]["content"]
+    assert "The run starts." in last[1]["content"] and 'Call 1: {"call_id": "r7-c1", "tool": "lookup_vendor"' in last[1]["content"]
     assert [m["role"] for m in last[1:]] == [
         "user",
         "assistant",
@@ -109,7 +109,7 @@ def test_unparseable_and_provider_errors_are_recorded_and_counted(runs_file, tmp
         last = msgs[-1]["content"]
         if task == "writer_action" and "Call 2: " in last:
             return "Sure! I logged it."  # no JSON: unparseable
-        if task == "writer_action" and "Call 4: " in last and "(id r1-" in last:
+        if task == "writer_action" and "Call 4: " in last and '"call_id": "r1-' in last:
             raise RuntimeError("server overloaded")  # a provider error
         if task == "reader_verdict" and "r2-c1" in last:
             return "label: clean"  # unparseable verdict

@@ -130,21 +130,3 @@ def test_the_window_match_takes_the_latest_two_token_match_over_a_nearer_one_tok
         hits += int(att.argmax()) == 72
     assert hits >= 36
 
-
-def test_the_window_match_prefers_the_call_line_over_the_answers_own_last_tokens():
-    """An id whose character pair repeats: the pair matched a few tokens back in the answer itself
-    must lose to the same pair in the call line above, or the copy repeats its own continuation."""
-    model = tiny_sized_model()
-    init_copy_circuit(model)
-    gen = torch.Generator().manual_seed(2)
-    hits = 0
-    for _ in range(40):
-        x = torch.randint(6, 3000, (120,), generator=gen)
-        a, b = (int(v) for v in torch.randint(6, 3000, (2,), generator=gen))
-        x[58], x[59] = a, b  # the call line, 60 tokens back (next token at 60)
-        x[110], x[111] = a, b  # the answer's own copy, 8 tokens back (next token at 112)
-        x[118], x[119] = a, b
-        with torch.no_grad():
-            att = model(input_ids=x[None], output_attentions=True, use_cache=False).attentions[1][0, 0, -1]
-        hits += int(att.argmax()) == 60
-    assert hits >= 36
