@@ -24,8 +24,10 @@ any distance after a few dozen steps. So the tiny base starts with one:
   over the context) and copies the attended token's fingerprint back into the token half: a
   one-token match anywhere in the context.
 
-The attention patterns (queries, keys and their norms) and the fingerprints stay frozen during
-pretraining; everything else, the copies' values and outputs included, trains. Nothing
+The attention patterns (queries, keys and their norms), the fingerprints, and everything that could
+write into the slots or the constant dimension before the global match (the embeddings' slot
+columns, other heads' and MLP rows there) stay frozen during pretraining; everything else, the
+copies' values and outputs included, trains. Nothing
 task-specific is set: no token, field or layout is named; what to copy, from where and into which
 field is learned from the corpus and the teacher's examples.
 """
