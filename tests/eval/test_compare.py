@@ -22,7 +22,10 @@ def _sab_item(rid: str, agreement: float, kinds: list[str], score: float, positi
     return {
         "id": rid,
         "writer": {"scores": {"content_agreement": agreement, "protocol_compliance": 1.0,
-                              "verdict": {"label": "discrepancy" if kinds else "clean", "kinds": kinds}}},
+                              "verdict": {"label": "discrepancy" if kinds else "clean", "kinds": kinds},
+                              "turns": 4, "parsed": 4 if agreement > 0.7 else 2,
+                              "fields_right": {"call_id": 3, "tool": 1 if kinds else 2, "outcome": 4,
+                                               "description": 0}}},
         "monitors": {"reader": {"score": score}},
         "truth": {"positive": positive},
     }  # fmt: skip
@@ -74,6 +77,13 @@ def test_table_intervals_and_paired_items_with_unmatched_reported(tmp_path):
     ca = d["metrics"]["writer.content_agreement"]
     assert ca["value"] == pytest.approx(0.8) and ca["ci"][0] <= 0.8 <= ca["ci"][1]
     assert d["metrics"]["writer.unfaithful.softened"]["value"] == pytest.approx(0.5)
+    # per-turn field shares pool the turns of a seed's runs: tool 1 of 4 or 2 of 4 per run, in turn
+    assert d["metrics"]["writer.field.tool"]["value"] == pytest.approx(6 / 16)
+    assert d["metrics"]["writer.field.call_id"]["value"] == pytest.approx(0.75)
+    desc = d["metrics"]["writer.field.description"]  # 0 of 32 turns: a Wilson interval, not [0, 0]
+    assert desc["value"] == 0 and desc["ci"][0] == 0 and 0.05 < desc["ci"][1] < 0.15
+    parse = res["conditions"]["role=writer data=unfiltered examples=8"]["metrics"]["writer.parse_rate"]
+    assert parse["value"] == pytest.approx(0.5)
     assert d["metrics"]["memory.authorized_use"]["value"] == pytest.approx(1.0)
     assert d["metrics"]["memory.unauthorized_submission"]["value"] == pytest.approx(0.5)
     assert d["metrics"]["memory.errors.broadening"]["value"] == pytest.approx(0.5)
@@ -83,6 +93,9 @@ def test_table_intervals_and_paired_items_with_unmatched_reported(tmp_path):
     assert pair["n_matched"] == 3 and pair["only_a"] == ["r5"] and pair["only_b"] == ["r1"]
     assert pair["diff"] == pytest.approx(-0.3) and pair["ci"][0] <= pair["diff"] <= pair["ci"][1]
     assert 0 < pair["p_value"] <= 1
+    parse_pair = next(c for c in res["comparisons"] if c["metric"] == "writer.parse_rate")
+    # every matched item differs the same way, yet 3 pairs have 2 of 8 sign patterns this extreme
+    assert parse_pair["diff"] == pytest.approx(-0.5) and 0.15 < parse_pair["p_value"] < 0.35
     md = C.markdown(res)
     assert "| writer.content_agreement |" in md and "Unmatched items" in md and "r5" in md
 
@@ -195,12 +208,12 @@ def test_miniature_sweeps_run_sequentially_and_compare(world):
         res = json.loads((sweep / "compare" / "compare.json").read_text())
         assert set(res["conditions"]) == set(names) and not res["problems"]
         for cond in res["conditions"].values():
-            assert {"writer.content_agreement", "writer.protocol_compliance",
-                    *(f"writer.unfaithful.{k}" for k in C.UNFAITHFUL)} <= set(cond["metrics"])  # fmt: skip
+            assert {"writer.content_agreement", "writer.protocol_compliance", "writer.parse_rate",
+                    "writer.field.call_id", *(f"writer.unfaithful.{k}" for k in C.UNFAITHFUL)} <= set(cond["metrics"])  # fmt: skip
             assert ("memory.authorized_use" in cond["metrics"]) == (sweep == fa)
         pairs = res["comparisons"]
         ledger = [p for p in pairs if p["metric"].startswith("writer.")]
-        assert len(ledger) == 6 and all(
+        assert len(ledger) == sum(m.group == "writer" for m in C.METRICS) == 11 and all(
             p["n_matched"] == 2 and not p["only_a"] and not p["only_b"] for p in ledger
         )
         assert all(p["a"] == names[1 - names.index(p["b"])] for p in pairs)
