@@ -44,6 +44,11 @@ class BuildConfig:
         True,
         "writer filter: the teacher reader's label on the ledger must equal gold",
     )
+    writer_memory_require_decision_match: bool = option(
+        True,
+        "memory writer filter: an executor applying the teacher's memory must decide every probe "
+        "request as the policy oracle does",
+    )
     reader_require_label_match: bool = option(
         True,
         "reader filter: the teacher's verdict label must equal gold",
@@ -91,6 +96,7 @@ class BuildConfig:
             "writer_verdict_match": self.writer_require_verdict_match,
             "writer_content_agreement": self.writer_min_agreement > 0,
             "writer_protocol_compliance": self.writer_min_compliance > 0,
+            "writer_memory_decision_match": self.writer_memory_require_decision_match,
             "reader_label_match": self.reader_require_label_match,
             "reader_cited_match": self.reader_require_cited_match,
         }

@@ -93,7 +93,7 @@ def _add_case(b: Builder, case: dict, heldout: set[str]) -> None:
     teacher = (case.get("teacher") or {}).get("memory")
     if teacher is None:
         b.filter("writer_memory", wid, cid, "no_teacher_memory")
-    elif bad := memory_mismatches(teacher, case, probes):
+    elif b.cfg.writer_memory_require_decision_match and (bad := memory_mismatches(teacher, case, probes)):
         b.filter("writer_memory", wid, cid, "memory_decision_mismatch", ",".join(bad))
     else:  # sanitized with every other example, after rendering (Builder.emit)
         b.emit(

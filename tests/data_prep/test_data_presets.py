@@ -7,6 +7,7 @@ FILTER_FIELDS = {
     "writer_require_verdict_match",
     "writer_min_agreement",
     "writer_min_compliance",
+    "writer_memory_require_decision_match",
     "reader_require_label_match",
     "reader_require_cited_match",
 }
@@ -26,6 +27,7 @@ def test_the_manifest_filters_say_which_ran():
         "writer_verdict_match": True,
         "writer_content_agreement": True,
         "writer_protocol_compliance": True,
+        "writer_memory_decision_match": True,
         "reader_label_match": True,
         "reader_cited_match": True,
     }

@@ -187,6 +187,10 @@ def test_miniature_sweeps_run_sequentially_and_compare(world):
         p: json.loads((world["cache"] / p / "manifest.json").read_text()) for p in ("sft", "sft-unfiltered")
     }
     assert manifests["sft"]["filters"]["any"] and not manifests["sft-unfiltered"]["filters"]["any"]
+    memory = {p: m["counts"]["writer_memory"] for p, m in manifests.items()}  # the memory filter too
+    assert memory["sft"]["filtered"]["by_reason"] == {"memory_decision_mismatch": 1}
+    assert memory["sft-unfiltered"]["filtered"]["total"] == 0
+    assert memory["sft-unfiltered"]["kept"]["total"] == memory["sft"]["kept"]["total"] + 1
 
     ds = root / "data-scaling"  # sabotage only here: policy reuse ran above (saves CPU)
     sets = [*_sets(world, {"examples": [8, 16], "seed": [0]}, ref), "--set", 'eval.script=["sabotage"]']
