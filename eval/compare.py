@@ -158,22 +158,24 @@ class Cell:
 
 
 def _runs_below(out: Path) -> dict[str, Path]:
-    """Evaluation run directories (``items.jsonl``) at or up to two levels below ``out``, by script
-    (the summary's ``eval``); the newest of each script wins."""
+    """Finished evaluation run directories (``items.jsonl`` and the ``summary.json`` an evaluation
+    writes last) at or up to two levels below ``out``, by script (the summary's ``eval``); the newest
+    of each script wins. A run still going, or killed, has no summary yet: its cell counts as missing."""
     found = [out / "items.jsonl"] if (out / "items.jsonl").is_file() else []
     if out.is_dir():
         found += list(out.glob("*/items.jsonl")) + list(out.glob("*/*/items.jsonl"))
     runs: dict[str, Path] = {}
     for path in sorted(found, key=lambda p: p.stat().st_mtime):
-        runs[_script_of(path.parent)] = path.parent
+        if (script := _script_of(path.parent)) is not None:
+            runs[script] = path.parent
     return runs
 
 
-def _script_of(run: Path) -> str:
+def _script_of(run: Path) -> str | None:
     try:
         return json.loads((run / "summary.json").read_text(encoding="utf-8")).get("eval", "unknown")
     except (OSError, ValueError):
-        return "unknown"
+        return None
 
 
 def condition_label(params: dict, keys: list[str]) -> str:

@@ -111,6 +111,19 @@ def test_missing_evaluation_is_listed_not_dropped(tmp_path):
     assert res["conditions"]["role=writer data=default examples=8"]["seeds"] == [0, 1]
 
 
+def test_an_evaluation_still_running_counts_as_missing(tmp_path):
+    """Items without the summary an evaluation writes last are a run in progress (or killed): the
+    cell is listed as missing and its seed is not counted, rather than read half-written."""
+    sweep = _fake_sweep(tmp_path / "sw", {"default": 0.8}, {"default": ["r1", "r2"]})
+    meta = json.loads((sweep / "sweep.json").read_text())
+    for run in ("sabotage", "policy_reuse"):
+        (Path(meta["tasks"][1]["eval_dir"]) / run / "summary.json").unlink()
+    res = C.compare([sweep], resamples=50)
+    assert len(res["problems"]) == 1 and "writer-default-e8-s1" in res["problems"][0]
+    cond = res["conditions"]["role=writer data=default examples=8"]
+    assert cond["seeds"] == [0] and cond["metrics"]["writer.field.call_id"]["items_per_seed"] == [2]
+
+
 def test_identical_conditions_differ_by_zero_with_p_one(tmp_path):
     ids = {"a": ["r1", "r2", "r3"], "b": ["r1", "r2", "r3"]}
     res = C.compare([_fake_sweep(tmp_path / "sw", {"a": 0.6, "b": 0.6}, ids)], resamples=100)
