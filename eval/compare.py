@@ -284,9 +284,16 @@ def _permutation_p(
     for _ in range(resamples):
         swap = {i for i, s in zip(common, rng.random(len(common)) < 0.5) if s}
         pa, pb = {}, {}
-        for s in a:
-            pa[s] = {i: (b if i in swap else a)[s][i] for i in common if i in (b if i in swap else a)[s]}
-            pb[s] = {i: (a if i in swap else b)[s][i] for i in common if i in (a if i in swap else b)[s]}
+        for s in a:  # an item swaps within a seed only where both conditions observed it there
+            pa[s], pb[s] = {}, {}
+            for i in common:
+                if i in swap and i in a[s] and i in b[s]:
+                    pa[s][i], pb[s][i] = b[s][i], a[s][i]
+                    continue
+                if i in a[s]:
+                    pa[s][i] = a[s][i]
+                if i in b[s]:
+                    pb[s][i] = b[s][i]
         d = value(pa, metric, common) - value(pb, metric, common)
         extreme += not math.isnan(d) and abs(d) >= abs(diff) - 1e-12
     return (1 + extreme) / (1 + resamples)
