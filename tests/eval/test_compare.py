@@ -131,6 +131,17 @@ def test_identical_conditions_differ_by_zero_with_p_one(tmp_path):
     assert pair["diff"] == 0 and pair["p_value"] == 1 and not pair["only_a"] and not pair["only_b"]
 
 
+def test_permutation_swaps_only_what_both_conditions_observed():
+    """A memory case unscored in one condition's seed cannot trade places there: when every shared
+    observation is equal, the difference rests on unpaired ones and no permutation can test it (p 1).
+    Moving an observation into a seed where the other condition had none gave p 0.19 here."""
+    metric = next(m for m in C.METRICS if m.name == "memory.errors.omission")
+    a = {0: {"r0": False, "r1": False, "r2": False, "r3": True}, 1: {"r2": True, "r3": True}}
+    b = {0: {"r0": False, "r2": False, "r3": True}, 1: {"r0": False, "r1": False, "r3": True}}
+    res = C.paired(a, b, metric, 200, 0)
+    assert res["diff"] == pytest.approx(7 / 24) and res["p_value"] == 1
+
+
 # ---- the miniature: both sweeps, 2 cells each, sequentially ------------------------------------------
 TINY = {"max_steps": 1, "save_steps": 1, "eval_steps": "none", "eval_examples": 2, "parse_check_examples": 0,
         "max_length": 512, "num_threads": 2, "attn_implementation": "sdpa", "tiny_vocab_size": 512,
