@@ -166,9 +166,11 @@ class CachedDecoder:
         stop_ids: Sequence[int],
         guard: Callable[[], AnswerGuard] | None = None,
         decode_token: Callable[[int], str] = str,
+        constraints: Sequence | None = None,
     ) -> list[tuple[list[int], str]]:
         """Greedy continuations of ``prompts`` (token ids): per prompt (new ids, stop reason), the reason
-        being ``stop_token``, ``max_new_tokens`` or the guard's reason."""
+        being ``stop_token``, ``max_new_tokens`` or the guard's reason. ``constraints`` (one
+        ``eval.grammar.Constraint`` per prompt) mask each step's logits to what the answer's grammar allows."""
         import torch
 
         t0 = time.time()
@@ -193,6 +195,8 @@ class CachedDecoder:
                     n = 0
                 new = torch.from_numpy(p[n:])[None, :]
                 logits = self._forward(rc, torch.tensor([i]), new, torch.tensor([n]))
+                if constraints is not None:
+                    constraints[i].mask(logits[0])
                 last[i] = int(logits[0].argmax())
                 lengths[i] = len(p)
                 self.stats["prompt_tokens"] += len(p)
@@ -210,6 +214,8 @@ class CachedDecoder:
                         active.discard(i)
                         continue
                     out[i].append(t)
+                    if constraints is not None:
+                        constraints[i].accept(t)
                     why = guards[i].feed(t, decode_token(t)) if guards else None
                     if why or len(out[i]) >= max_new_tokens:
                         reasons[i] = why or "max_new_tokens"
@@ -220,6 +226,9 @@ class CachedDecoder:
                 # token at its own next position, which is never stored
                 logits = self._forward(rc, None, last[:, None], lengths)
                 on = torch.tensor(sorted(active))
+                if constraints is not None:
+                    for i in sorted(active):
+                        constraints[i].mask(logits[i])
                 last[on] = logits[on].argmax(-1)
                 lengths[on] += 1
             for i in range(b):

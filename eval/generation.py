@@ -152,11 +152,15 @@ class Completion:
 
 
 class Backend:
-    """The interface every backend implements."""
+    """The interface every backend implements. ``constrained=True`` asks for grammar-constrained
+    decoding (eval/grammar.py) from backends that offer it (``supports_grammar``)."""
 
     name = "backend"
+    supports_grammar = False
 
-    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
+    def generate(
+        self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True, constrained: bool = False
+    ) -> list[str]:
         raise NotImplementedError
 
     def fingerprint(self, adapter: bool = True) -> str:
@@ -166,13 +170,20 @@ class Backend:
     def describe(self) -> dict:
         return {"backend": self.name}
 
-    def complete(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[Completion]:
+    def complete(
+        self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True, constrained: bool = False
+    ) -> list[Completion]:
         """``generate`` with failures turned into per-item errors: a failing batch is retried item by
         item, and an item that still fails gets ``error`` set (a provider error, counted, never dropped)."""
         if not prompts:
             return []
+        kw = {"task": task, "adapter": adapter}
+        if constrained:
+            if not self.supports_grammar:
+                raise BackendError(f"backend {self.name} offers no grammar-constrained decoding")
+            kw["constrained"] = True
         try:
-            return [Completion(t) for t in self.generate(prompts, task=task, adapter=adapter)]
+            return [Completion(t) for t in self.generate(prompts, **kw)]
         except BackendError:
             raise
         except Exception as exc:  # noqa: BLE001 - any generation failure is a provider error per item
@@ -182,7 +193,7 @@ class Backend:
         out = []
         for p in prompts:
             try:
-                out.append(Completion(self.generate([p], task=task, adapter=adapter)[0]))
+                out.append(Completion(self.generate([p], **kw)[0]))
             except BackendError:
                 raise
             except Exception as exc:  # noqa: BLE001
@@ -220,6 +231,7 @@ class TransformersBackend(Backend):
     greedy unless the decoding config says otherwise."""
 
     name = "transformers"
+    supports_grammar = True
 
     def __init__(self, ckpt: str | Path, decoding: DecodingConfig, *, base: str | None = None):
         import torch
@@ -235,6 +247,7 @@ class TransformersBackend(Backend):
         self._base = None
         self._merged = False
         self._decoders: dict[bool, Any] = {}
+        self._grammars = None
         self.tokenizer = self._load_tokenizer()
         self._token_text: dict[int, str] = {}
 
@@ -311,13 +324,27 @@ class TransformersBackend(Backend):
         return max(1, int(mpe) - max_new)
 
     # -- generation ----------------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
-        return [c.text or "" for c in self._run(prompts, task, adapter, strict=True)]
+    def generate(
+        self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True, constrained: bool = False
+    ) -> list[str]:
+        return [c.text or "" for c in self._run(prompts, task, adapter, strict=True, constrained=constrained)]
 
-    def complete(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[Completion]:
-        return self._run(prompts, task, adapter, strict=False)
+    def complete(
+        self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True, constrained: bool = False
+    ) -> list[Completion]:
+        return self._run(prompts, task, adapter, strict=False, constrained=constrained)
 
-    def _run(self, prompts: Sequence[list[dict]], task: str, adapter: bool, strict: bool) -> list[Completion]:
+    def grammars(self, model):
+        """The answer grammars for this checkpoint's tokenizer (eval/grammar.py), compiled on first use."""
+        if self._grammars is None:
+            from eval.grammar import Grammars
+
+            self._grammars = Grammars(self.tokenizer, int(model.config.vocab_size), self._stop_ids(model))
+        return self._grammars
+
+    def _run(
+        self, prompts: Sequence[list[dict]], task: str, adapter: bool, strict: bool, constrained: bool = False
+    ) -> list[Completion]:
         import torch
 
         if not prompts:
@@ -344,8 +371,9 @@ class TransformersBackend(Backend):
         )
         stop = self._stop_ids(model)
         decoder = self._cached_decoder(model, adapter)
+        grammars = self.grammars(model) if constrained else None
         if decoder is not None:
-            self._run_cached(decoder, encoded, order, out, max_new, stop, strict)
+            self._run_cached(decoder, encoded, order, out, max_new, stop, strict, task, grammars)
             return [c if c is not None else Completion(None, "no output") for c in out]
         device = next(model.parameters()).device
         bs = self.decoding.batch_size
@@ -375,6 +403,10 @@ class TransformersBackend(Backend):
             guards = self._guards(len(idx))
             if guards is not None:
                 kwargs["stopping_criteria"] = stopping_criteria(guards, self._text_of, width)
+            if grammars is not None:
+                from xgrammar.contrib.hf import LogitsProcessor
+
+                kwargs["logits_processor"] = [LogitsProcessor([grammars.compiled(task)] * len(idx))]
             # the base model: a separate copy when the adapter was merged, else the adapter switched off
             off = model.disable_adapter() if (not adapter and not self._merged) else contextlib.nullcontext()
             try:
@@ -423,7 +455,9 @@ class TransformersBackend(Backend):
             return None
         return [AnswerGuard(max_field_chars=self.decoding.max_field_chars) for _ in range(n)]
 
-    def _run_cached(self, decoder, encoded, order, out, max_new: int, stop: list[int], strict: bool) -> None:
+    def _run_cached(
+        self, decoder, encoded, order, out, max_new: int, stop: list[int], strict: bool, task: str, grammars
+    ) -> None:
         limit = self.decoding.max_field_chars
         guard = (lambda: AnswerGuard(max_field_chars=limit)) if self.decoding.guard else None
         bs = self.decoding.batch_size
@@ -436,6 +470,7 @@ class TransformersBackend(Backend):
                     stop_ids=stop,
                     guard=guard,
                     decode_token=self._text_of,
+                    constraints=grammars.constraints(task, len(idx)) if grammars is not None else None,
                 )
             except Exception as exc:  # noqa: BLE001
                 if strict:
@@ -534,12 +569,14 @@ class ScriptedBackend(Backend):
     simulates a provider error. Counts calls, so resume tests can check that nothing was regenerated."""
 
     name = "scripted"
+    supports_grammar = True  # canned answers are what they are; constrained calls are only counted
 
     def __init__(self, responder: Callable[[list[dict], str, bool], str], label: str = "scripted"):
         self.responder = responder
         self.label = label
         self.calls = 0
         self.prompts_seen = 0
+        self.constrained_prompts = 0
 
     def fingerprint(self, adapter: bool = True) -> str:
         return f"{self.name}|{self.label}|{'adapter' if adapter else 'base'}"
@@ -547,9 +584,12 @@ class ScriptedBackend(Backend):
     def describe(self) -> dict:
         return {"backend": self.name, "label": self.label}
 
-    def generate(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[str]:
+    def generate(
+        self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True, constrained: bool = False
+    ) -> list[str]:
         self.calls += 1
         self.prompts_seen += len(prompts)
+        self.constrained_prompts += len(prompts) if constrained else 0
         return [self.responder(p, task, adapter) for p in prompts]
 
 

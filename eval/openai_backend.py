@@ -186,7 +186,11 @@ class OpenAIBackend(Backend):
             stop = why or stop
         return Completion(text.strip(), stop=stop)
 
-    def complete(self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True) -> list[Completion]:
+    def complete(
+        self, prompts: Sequence[list[dict]], *, task: str, adapter: bool = True, constrained: bool = False
+    ) -> list[Completion]:
+        if constrained:
+            raise BackendError(f"backend {self.name} offers no grammar-constrained decoding")
         if not prompts:
             return []
         bodies = [self.body(list(p), task, adapter) for p in prompts]

@@ -50,6 +50,7 @@ from data_prep.yaml_config import option
 from eval import metrics as M
 from eval.cli import EvalSettings, eval_option
 from eval.generation import Backend, DecodingConfig, load_decoding, make_backend
+from eval.grammar import schema_digest
 from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, score_memory
 from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
 from eval.rundir import RunDir, digest_of, jsonable, write_json
@@ -64,7 +65,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "eval" / "policy_reuse.yaml"
 DECISION_ROWS = ("execute_requested", "decline", "escalate", "invalid", "provider_error")
 ORACLE_COLS = ("execute_requested", "decline")
-CONDITIONS = ("writer", "base_writer", "no_memory", "gold_memory", "teacher_memory")
+CONDITIONS = ("writer", "constrained_writer", "base_writer", "no_memory", "gold_memory", "teacher_memory")
+WRITERS = ("writer", "constrained_writer", "base_writer")  # conditions whose memory a model wrote here
 # case analysis lists the summary breaks results down by (a case counts under each of its values)
 BREAKDOWNS = ("memory_hazards", "target_dimensions")
 NO_VALUE = "(none)"
@@ -94,6 +96,11 @@ class PolicyConfig(EvalSettings):
         "blocks",
         "a history too long for the writer's input in one shot: blocks (write it again block by block: the "
         "memory so far plus the next block in, the new memory out) or fail (leave it invalid)",
+    )
+    constrained_writer: bool = option(
+        True,
+        "the writer again with grammar-constrained decoding (eval/grammar.py) as a condition of its own "
+        "beside free decoding",
     )
     limit: int | None = eval_option("limit", 12)
     out: str = eval_option("out", "runs/eval/policy_reuse")
@@ -137,10 +144,13 @@ def _attempt(c, records_before: list[dict] | None = None) -> dict:
     return out
 
 
-def _with_repair(backend: Backend, convs: list[list[dict]], *, adapter: bool) -> list[list[dict]]:
+def _with_repair(
+    backend: Backend, convs: list[list[dict]], *, adapter: bool, constrained: bool = False
+) -> list[list[dict]]:
     """One answer per conversation, and one repair attempt (with feedback) for each failed one. A prompt
     too long for the writer gets no repair (a longer conversation cannot fit either)."""
-    first = backend.complete(convs, task="writer_memory", adapter=adapter)
+    kw = {"task": "writer_memory", "adapter": adapter, "constrained": constrained}
+    first = backend.complete(convs, **kw)
     attempts = [[_attempt(c)] for c in first]
     retry = [i for i, a in enumerate(attempts) if a[0]["status"] not in ("ok", PROMPT_TOO_LONG)]
     if retry:
@@ -157,7 +167,7 @@ def _with_repair(backend: Backend, convs: list[list[dict]], *, adapter: bool) ->
                     {"role": "user", "content": REPAIR_TEMPLATE.format(reason=reason)},
                 ]
             )
-        for i, c in zip(retry, backend.complete(prompts, task="writer_memory", adapter=adapter)):
+        for i, c in zip(retry, backend.complete(prompts, **kw)):
             attempts[i].append({**_attempt(c), "repair": True})
     return attempts
 
@@ -173,10 +183,12 @@ def _outcome(tries: list[dict]) -> str:
     return "" if last["status"] == "ok" else (last["reason"] or last["status"])
 
 
-def _one_shot(backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool) -> list[dict]:
+def _one_shot(
+    backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool, constrained: bool = False
+) -> list[dict]:
     convs = [[sys_msg, {"role": "user", "content": policy_history_text(c)}] for c in cases]
     out = []
-    for tries in _with_repair(backend, convs, adapter=adapter):
+    for tries in _with_repair(backend, convs, adapter=adapter, constrained=constrained):
         last = tries[-1]
         ok = last["status"] == "ok"
         records = last["records"] if ok else []
@@ -196,7 +208,9 @@ def _one_shot(backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool)
     return out
 
 
-def _by_blocks(backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool) -> list[dict]:
+def _by_blocks(
+    backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool, constrained: bool = False
+) -> list[dict]:
     """Update waves (EAL): the memory so far plus the next block in, the complete new memory out. A failed
     update keeps the last accepted memory; a case with no accepted update is invalid."""
     memories: list[list[dict]] = [[] for _ in cases]
@@ -213,7 +227,7 @@ def _by_blocks(backend: Backend, cases: list[dict], sys_msg: dict, adapter: bool
             ]
             for i in active
         ]
-        for i, tries in zip(active, _with_repair(backend, convs, adapter=adapter)):
+        for i, tries in zip(active, _with_repair(backend, convs, adapter=adapter, constrained=constrained)):
             logs[i].append(tries)
             if tries[-1]["status"] == "ok":
                 memories[i] = tries[-1]["records"]
@@ -249,6 +263,7 @@ def write_memories(
     incremental: bool,
     adapter: bool = True,
     long_history: str = "blocks",
+    constrained: bool = False,
 ) -> list[dict]:
     """Per case: ``{records, status: valid|empty|invalid, mode, attempts, repaired, updates,
     failed_updates, prompt_too_long, failure}``.
@@ -258,11 +273,13 @@ def write_memories(
     attempts stay in ``attempts`` and ``prompt_too_long``), with ``"fail"`` it stays invalid."""
     sys_msg = {"role": "system", "content": system_prompt}
     if incremental:
-        return _by_blocks(backend, cases, sys_msg, adapter)
-    out = _one_shot(backend, cases, sys_msg, adapter)
+        return _by_blocks(backend, cases, sys_msg, adapter, constrained)
+    out = _one_shot(backend, cases, sys_msg, adapter, constrained)
     too_long = [i for i, r in enumerate(out) if r["status"] == "invalid" and r["prompt_too_long"]]
     if too_long and long_history == "blocks":
-        for i, w in zip(too_long, _by_blocks(backend, [cases[i] for i in too_long], sys_msg, adapter)):
+        for i, w in zip(
+            too_long, _by_blocks(backend, [cases[i] for i in too_long], sys_msg, adapter, constrained)
+        ):
             first = out[i]
             w.update(
                 mode="one_shot_then_blocks",
@@ -335,6 +352,11 @@ class Models:
     executor_name: str
 
 
+def constrained_row(cfg: PolicyConfig, models: Models) -> bool:
+    """Whether the constrained writer condition is measured: asked for, and the writer's backend offers it."""
+    return cfg.constrained_writer and models.writer.supports_grammar
+
+
 def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts, chunk: int) -> str:
     ex = models.executor_name
     if models.executor is not None:
@@ -345,6 +367,11 @@ def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts,
             "case": digest_of(case),
             "writer": models.writer.fingerprint(True),
             "base_writer": models.writer.fingerprint(False) if cfg.base_writer else None,
+            "constrained_writer": (
+                models.writer.fingerprint(True) + "|grammar:" + schema_digest("writer_memory")
+                if constrained_row(cfg, models)
+                else None
+            ),
             "executor": ex,
             "incremental": cfg.incremental,
             "long_history": cfg.long_history,
@@ -377,6 +404,18 @@ def process_chunk(
         if cfg.base_writer
         else None
     )
+    constrained_written = (
+        write_memories(
+            models.writer,
+            cases,
+            prompts.text["writer_memory"],
+            incremental=cfg.incremental,
+            long_history=cfg.long_history,
+            constrained=True,
+        )
+        if constrained_row(cfg, models)
+        else None
+    )
     records, jobs, slots = [], [], []
     for i, case in enumerate(cases):
         gold = gold_memory(case)
@@ -389,6 +428,11 @@ def process_chunk(
             conds["base_writer"] = {
                 "records": base_written[i]["records"],
                 "status": base_written[i]["status"],
+            }
+        if constrained_written is not None:
+            conds["constrained_writer"] = {
+                "records": constrained_written[i]["records"],
+                "status": constrained_written[i]["status"],
             }
         teacher = case.get("teacher")
         if cfg.teacher:
@@ -410,6 +454,8 @@ def process_chunk(
         }
         if base_written is not None:
             rec["base_writer"] = {k: v for k, v in base_written[i].items() if k != "records"}
+        if constrained_written is not None:
+            rec["constrained_writer"] = {k: v for k, v in constrained_written[i].items() if k != "records"}
         for name, cond in conds.items():
             if cond is None:
                 rec["conditions"][name] = None
@@ -542,7 +588,7 @@ def memory_summary(items: list[dict], name: str, cfg: PolicyConfig) -> dict | No
             "cases": M.rate([any(e["type"] == t for e in c["memory_errors"]) for c in scored], **kw),
             "count": sum(1 for c in scored for e in c["memory_errors"] if e["type"] == t),
         }
-    if name in ("writer", "base_writer"):
+    if name in WRITERS:
         rows = [it[name] for it in items if name in it]
         out.update(writer_summary(rows, [it["id"] for it in items if name in it]))
     return out
@@ -596,6 +642,8 @@ def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: 
             "so with it every figure measures memory fidelity alone (gold memory must be calibrated).",
             "Invalid memories (no usable answer after one repair) are executed as empty memories and their "
             "memory errors are unscored, never counted as exact.",
+            "constrained_writer is the same writer decoding under its answer schema "
+            "(configs/eval/answer_schemas/writer_memory.json: the record fields and their order).",
             "In-scope means the oracle decides execute_requested for the request at its action time.",
             "Per memory hazard and per target dimension (the case's analysis metadata): a case with several "
             "is counted under each, one without any under (none); memory errors are the share of scored cases "
@@ -679,6 +727,11 @@ def run_policy(
         logger.warning("%s", p)
     given = writer is not None or executor is not None
     models = build_models(cfg, decoding, writer=writer, executor=executor)
+    if cfg.constrained_writer and not constrained_row(cfg, models):
+        logger.warning(
+            "constrained_writer: backend %s offers no grammar-constrained decoding; the condition is not measured",
+            models.writer.name,
+        )
     prompts = Prompts(_path(cfg.prompts_dir))
     cases: list[dict] = sel.items
     chunk = cfg.chunk_size or decoding.batch_size

@@ -148,6 +148,7 @@ def _writer_table(summary: dict) -> list[str]:
     names = {
         "adapter": "writer (adapter), all runs",
         "adapter_honest_runs": "writer (adapter), runs with honest corpus label",
+        "constrained": "writer (adapter), grammar-constrained decoding, all runs",
         "base": "base model, no adapter",
         "teacher_honest_runs": "teacher ledger, runs with honest corpus label",
     }
@@ -166,6 +167,7 @@ def _writer_table(summary: dict) -> list[str]:
 
 CONDITION_NAMES = {
     "writer": "writer memory (adapter)",
+    "constrained_writer": "writer memory (adapter), grammar-constrained",
     "no_memory": "no memory",
     "gold_memory": "gold memory",
     "teacher_memory": "teacher memory",
@@ -249,7 +251,7 @@ def policy_report(summary: dict, config: dict) -> str:
             f"{m['status'].get('invalid', 0)} | {because if writer else '–'} | {m.get('repaired', 0)} | {failed} | {too_long} | "
             f"{_rate(m['exact'])} | " + " | ".join(cells) + " |"
         )
-    for cond in ("writer", "base_writer"):
+    for cond in ("writer", "constrained_writer", "base_writer"):
         w = summary["memory"].get(cond) or {}
         if not w.get("attempts"):
             continue

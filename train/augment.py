@@ -1,16 +1,27 @@
-"""Tool-name augmentation of writer examples: the tools of a training example get fresh names.
+"""Copy-forcing augmentation of writer examples: a training example's tools, or the values its calls
+pass, get fresh spellings in every turn.
 
 A small student learns a training family's tool names by heart and then writes them for a held-out
 family's calls (measured: `get_vendor` for `get_incident`, 0/45 tools right while 45/45 call ids were
 copied). Renamed consistently in every turn of an example (the tool list, the calls, the entries and
 their descriptions), a tool's name can only be copied from the call, never recalled. Only training rows
 are renamed; validation and held-out rows stay as built.
+
+Argument values fail the same way: the student copies the digits of a held-out ``INC-7767`` and recalls
+a training family's prefix (``CR-7767``), so no held-out description names its values. ``rename_values``
+respells the letters of every short argument value (the ones a description must name, see
+``data_prep.reconcile.salient_values``) consistently in every turn; digits and punctuation stay, so the
+value keeps its shape and only a copy from the call gets it right.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import string
+
+from data_prep.reconcile import salient_values
 
 AUGMENTED_TASKS = ("writer_action",)
 KEEP = frozenset({"log_action"})  # the logging tool is part of the protocol, not of a family
@@ -62,3 +73,95 @@ def rename_tools(rows: list[dict], seed: int, share: float) -> list[dict]:
         ]
         out.append({**row, "messages": messages})
     return out
+
+
+_CALL_LINE = re.compile(r"^Call \d+: (\{.*\})$", re.MULTILINE)
+_LETTERS = re.compile(r"[A-Za-z]+")
+_PROTECTED = frozenset({"succeeded", "rejected", "failed", "true", "false", "null"})
+
+
+def call_values(row: dict) -> list[str]:
+    """The short string values (with a letter) of the calls an example shows, in order of appearance."""
+    seen: dict[str, None] = {}
+    for m in row["messages"]:
+        if m["role"] != "user":
+            continue
+        for line in _CALL_LINE.findall(m["content"]):
+            try:
+                arguments = json.loads(line).get("arguments", {})
+            except (ValueError, AttributeError):
+                continue
+            for forms in salient_values(arguments):
+                if _LETTERS.search(forms[0]):
+                    seen.setdefault(forms[0], None)
+    return list(seen)
+
+
+def _respell(value: str, runs: dict[str, str], rng: random.Random) -> str:
+    """``value`` with every run of letters replaced by a random run of the same length and case; a run
+    met again (the ``U`` of ``U-7310`` and ``U-6438``) gets the same replacement, so ids of one kind keep
+    one prefix."""
+
+    def fresh(m: re.Match) -> str:
+        run = m.group()
+        if run not in runs:
+            pool = string.ascii_uppercase if run.isupper() else string.ascii_lowercase
+            taken = set(runs.values())
+            for _ in range(100):
+                new = "".join(rng.choice(pool) for _ in run)
+                if new != run and new not in taken:
+                    break
+            runs[run] = new
+        return runs[run]
+
+    return _LETTERS.sub(fresh, value)
+
+
+def rename_values(rows: list[dict], seed: int, share: float) -> list[dict]:
+    """``rows`` with the call values of a ``share`` of the writer examples respelled in every user and
+    assistant turn (a deterministic choice per example and seed). Values that are JSON keys, tool names,
+    outcomes or words of the system prompt are kept, so the layout and the protocol never change."""
+    if share <= 0:
+        return rows
+    out = []
+    for row in rows:
+        rng = random.Random(f"ledgerwright/rename-values/{seed}/{row['task']}/{row['id']}")
+        values = call_values(row) if row["task"] in AUGMENTED_TASKS else []
+        out.append(_respelled(row, values, rng) if values and rng.random() < share else row)
+    return out
+
+
+def _respelled(row: dict, values: list[str], rng: random.Random) -> dict:
+    text = "\n".join(m["content"] for m in row["messages"])
+    system = "\n".join(m["content"] for m in row["messages"] if m["role"] == "system")
+    keep = _PROTECTED | set(tool_names(row)) | KEEP
+    fresh: dict[str, str] = {}
+    runs: dict[str, str] = {}
+    for v in values:
+        if v in keep or f'"{v}":' in text or _word(re.escape(v)).search(system):
+            continue
+        new = _respell(v, runs, rng)
+        if new not in text and new not in fresh.values():
+            fresh[v] = new
+    if not fresh:
+        return row
+    # one pass over each turn: whole values (longest first, so a value inside a longer one is not
+    # respelled on its own), and every other id with a respelled prefix (a manager's U-3150 in a
+    # result, beside the U-7310 the call passed)
+    values_alt = "|".join(map(re.escape, sorted(fresh, key=lambda v: (-len(v), v))))
+    prefix_alt = "|".join(sorted((r for r in runs if r.isupper()), key=lambda r: (-len(r), r))) or "(?!)"
+    pattern = _word(rf"(?:({values_alt})|({prefix_alt})(?=-\d))")
+
+    def swap(m: re.Match) -> str:
+        return fresh[m.group(1)] if m.group(1) is not None else runs[m.group(2)]
+
+    messages = [
+        m if m["role"] == "system" else {**m, "content": pattern.sub(swap, m["content"])} for m in row["messages"]
+    ]
+    return {**row, "messages": messages}
+
+
+def _word(pattern: str) -> re.Pattern:
+    """``pattern`` (an escaped value, or an alternation of them) as a whole word: no letter or digit
+    right before or after it."""
+    return re.compile(rf"(?<![A-Za-z0-9]){pattern}(?![A-Za-z0-9])")

@@ -97,6 +97,13 @@ class TinyBaseConfig:
             "turn (train/augment.py): copying a name from the call then pays, recalling one does not"
         ),
     )
+    rename_values: float = field(
+        default=0.0,
+        metadata=_help(
+            "share of the writer examples in the pretraining text whose call values get fresh letters in "
+            "every turn (train/augment.py): copying an id's prefix from the call then pays, recalling one does not"
+        ),
+    )
     copy_fraction: float = field(
         default=0.25,
         metadata=_help(
@@ -131,6 +138,13 @@ class TrainConfig:
         metadata=_help(
             "share of the writer's training examples whose tools get fresh names in every turn (train/augment.py), "
             "so a tool name is copied from the call, never recalled; 0 trains on the names as built"
+        ),
+    )
+    rename_values: float = field(
+        default=0.0,
+        metadata=_help(
+            "share of the writer's training examples whose call values (ids, names, codes) get fresh letters "
+            "in every turn (train/augment.py), so a description copies them from the call; 0 keeps them as built"
         ),
     )
     allow_upsample: bool = field(

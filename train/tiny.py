@@ -80,9 +80,12 @@ def corpus_digest(rows: list[dict]) -> str:
 
 
 def base_dir_name(cfg: TinyBaseConfig, digest: str) -> str:
+    tiny = asdict(cfg)
+    if not tiny["rename_values"]:  # added later: bases built without it keep their cache key
+        del tiny["rename_values"]
     key = json.dumps(
         {
-            "tiny": asdict(cfg),
+            "tiny": tiny,
             "corpus": digest,
             "template": _sha(TEMPLATE.read_bytes()),
             "recipe": RECIPE_VERSION,
@@ -313,7 +316,7 @@ def build_tiny_base(
     import torch
     from transformers import Gemma3ForCausalLM, GenerationConfig
 
-    from train.augment import rename_tools
+    from train.augment import rename_tools, rename_values
 
     t0 = time.time()
     texts = [m["content"] for r in train_rows for m in r["messages"]]
@@ -341,7 +344,7 @@ def build_tiny_base(
     budget = cfg.pretrain_steps * cfg.pretrain_batch_size * cfg.pretrain_seq_len
     train_blocks = _blocks(
         _documents(
-            rename_tools(train_rows, cfg.seed, cfg.rename_tools),
+            rename_values(rename_tools(train_rows, cfg.seed, cfg.rename_tools), cfg.seed, cfg.rename_values),
             tokenizer,
             cfg.pretrain_format,
             budget,

@@ -108,10 +108,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def scripted_config(cls: type, out: Path, **fields):
     """An evaluation config for scripted backends: quick bootstrap, small chunks, no progress bar, and
-    no base-model rows (the writer-mechanics tests count adapter calls; base rows have tests of their own)."""
+    no base-model or constrained rows (the writer-mechanics tests count adapter calls; those rows have tests
+    of their own)."""
     base = dict(
-        limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4, base_writer=False
-    )
+        limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4, base_writer=False,
+        constrained_writer=False,
+    )  # fmt: skip
     return cls(**{**base, **fields})
 
 

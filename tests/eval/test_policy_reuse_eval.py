@@ -363,3 +363,16 @@ def test_eal_metadata_survives_import_corpus_policy_reuse(tmp_path):
     assert "## Per memory hazard" in report and "## Per target dimension" in report
     assert "A case with several is counted under each" in report
     assert "| supersession_loss | writer memory (adapter) | 3 |" in report
+
+
+def test_the_constrained_writer_is_a_condition_of_its_own(cases_file, cases_list, tmp_path):
+    b = ScriptedBackend(_gold_writer(cases_list))
+    out = run_policy(_cfg(cases_file, tmp_path / "o", constrained_writer=True), writer=b, decoding=DecodingConfig())
+    s = json.loads((out / "summary.json").read_text())
+    assert b.constrained_prompts == len(cases_list)  # one constrained memory per case (none needed a repair)
+    c, w = s["conditions"]["constrained_writer"], s["conditions"]["writer"]
+    assert c["rates"]["authorized_use"] == w["rates"]["authorized_use"]
+    assert s["memory"]["constrained_writer"]["exact"]["value"] == 1.0
+    assert s["memory"]["constrained_writer"]["attempts"]  # the writer's own figures, as for the free row
+    assert all("constrained_writer" in it for it in _items(out))
+    assert "grammar-constrained" in (out / "report.md").read_text()

@@ -23,7 +23,7 @@ from eval.sources import SourceError
 def _cfg(cases, out, **kw):
     base = dict(
         cases=str(cases), limit=None, out=str(out), progress=False, bootstrap_resamples=200, chunk_size=4,
-        base_writer=False,
+        base_writer=False, constrained_writer=False,  # a served model offers no grammar here
     )  # fmt: skip
     base.update(kw)
     return PolicyConfig(**base)
@@ -291,7 +291,7 @@ def test_sabotage_eval_with_a_served_writer_and_reader(runs_file, tmp_path):
         def cfg(out):
             return SabotageConfig(
                 runs=str(runs_file), limit=None, out=str(tmp_path / out), progress=False,
-                bootstrap_resamples=100, chunk_size=4, base_writer=False,
+                bootstrap_resamples=100, chunk_size=4, base_writer=False, constrained_writer=False,
             )  # fmt: skip
 
         decoding = DecodingConfig()

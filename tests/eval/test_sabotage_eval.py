@@ -210,3 +210,32 @@ def test_limit_takes_a_seeded_prefix(runs_file, tmp_path):
     ids3 = [it["id"] for it in _items(a)]
     ids6 = [it["id"] for it in _items(c)]
     assert len(ids3) == 3 and ids6[:3] == ids3
+
+
+def test_the_constrained_writer_is_a_row_of_its_own_and_the_reader_still_reads_free_ledgers(runs_file, tmp_path):
+    free_b = ScriptedBackend(default_responder)
+    free = run_sabotage(_cfg(runs_file, tmp_path / "free"), writer=free_b, reader=free_b, decoding=DecodingConfig())
+    b = ScriptedBackend(default_responder)
+    out = run_sabotage(
+        _cfg(runs_file, tmp_path / "o", constrained_writer=True), writer=b, reader=b, decoding=DecodingConfig()
+    )
+    s = json.loads((out / "summary.json").read_text())
+    c, w = s["writer"]["constrained"], s["writer"]["adapter"]
+    assert c["turns"] == w["turns"] == b.constrained_prompts  # every writer turn asked again, constrained
+    assert c["call_id_accuracy"]["k"] == w["call_id_accuracy"]["k"]
+    assert all(len(it["constrained_writer"]["turns"]) == len(it["writer"]["turns"]) for it in _items(out))
+    assert [it["reader_input_digest"] for it in _items(out)] == [it["reader_input_digest"] for it in _items(free)]
+    assert "grammar-constrained decoding" in (out / "report.md").read_text()
+    assert json.loads((free / "summary.json").read_text())["writer"]["constrained"] is None
+
+
+def test_a_backend_without_grammars_leaves_the_constrained_row_out_and_says_so(runs_file, tmp_path, caplog):
+    class NoGrammar(ScriptedBackend):
+        supports_grammar = False
+
+    b = NoGrammar(default_responder)
+    out = run_sabotage(
+        _cfg(runs_file, tmp_path / "o", constrained_writer=True), writer=b, reader=b, decoding=DecodingConfig()
+    )
+    assert json.loads((out / "summary.json").read_text())["writer"]["constrained"] is None
+    assert "offers no grammar-constrained decoding" in caplog.text

@@ -1,8 +1,9 @@
-"""Tool-name augmentation: consistent in every turn, deterministic, training writer rows only."""
+"""Copy-forcing augmentation (tool names, call values): consistent in every turn, deterministic, training
+writer rows only."""
 
 import re
 
-from train.augment import rename_tools, tool_names
+from train.augment import call_values, rename_tools, rename_values, tool_names
 
 
 def row(task="writer_action", rid="r1"):
@@ -44,3 +45,63 @@ def test_renaming_is_deterministic_and_limited_to_writer_examples():
     assert 0 < renamed < 20  # about half of the writer rows
     assert a[-1] is rows[-1]  # a reader row is untouched
     assert rename_tools(rows, seed=3, share=0.0) is rows
+
+
+def value_row(rid="v1"):
+    call1 = '{"call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "arguments": {"user_id": "U-7310"}}'
+    call2 = (
+        '{"call_id": "call_1a1b2c3d4e5f", "tool": "grant_role", "arguments": {"role": "ci-deploy", '
+        '"status": "open", "user_id": "U-7310"}}'
+    )
+    return {
+        "task": "writer_action",
+        "id": rid,
+        "messages": [
+            {"role": "system", "content": "Log every call; outcomes: succeeded, rejected or failed."},
+            {
+                "role": "user",
+                "content": "Request:\nGive U-7310 the ci-deploy role (manager U-3150).\n\nTools:\n- get_user: Look up.\n"
+                f"- grant_role: Grant.\n\nThe run starts.\n\nResult of call 1: {{\"manager_id\": \"U-3150\"}}\n"
+                f"status: succeeded\nCall 1: {call1}",
+            },
+            {
+                "role": "assistant",
+                "content": '{"call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "description": "Called get_user '
+                'to look up user U-7310; it succeeded.", "claimed_outcome": "succeeded"}',
+            },
+            {"role": "user", "content": f"Result of call 2: {{}}\nstatus: succeeded\nCall 2: {call2}"},
+            {
+                "role": "assistant",
+                "content": '{"call_id": "call_1a1b2c3d4e5f", "tool": "grant_role", "description": "Called grant_role '
+                'to grant ci-deploy to U-7310; it succeeded.", "claimed_outcome": "succeeded"}',
+            },
+        ],
+    }
+
+
+def test_call_values_are_respelled_alike_in_every_turn_and_keep_their_digits():
+    row = value_row()
+    assert call_values(row) == ["U-7310", "ci-deploy", "open"]
+    (out,) = rename_values([row], seed=0, share=1.0)
+    text = "\n".join(m["content"] for m in out["messages"][1:])
+    assert "U-7310" not in text and "ci-deploy" not in text and "U-3150" not in text
+    user_id = re.search(r'"user_id": "([A-Z]-7310)"', out["messages"][1]["content"]).group(1)
+    role = re.search(r'"role": "([a-z]{2}-[a-z]{6})"', out["messages"][3]["content"]).group(1)
+    # the descriptions name the new spellings; an id with the same prefix (a result's manager) follows
+    assert f"look up user {user_id};" in out["messages"][2]["content"]
+    assert f"grant {role} to {user_id};" in out["messages"][4]["content"]
+    assert f'"manager_id": "{user_id[0]}-3150"' in out["messages"][1]["content"]
+    assert re.search(r'"status": "(?!open)[a-z]{4}"', text)
+    # the layout stays: keys, tools, call ids, outcomes, the system prompt
+    assert out["messages"][0] == row["messages"][0]
+    for kept in ('"tool": "grant_role"', "call_1a1b2c3d4e5f", '"claimed_outcome": "succeeded"', "status: succeeded"):
+        assert kept in text
+
+
+def test_value_respelling_is_deterministic_and_limited_to_writer_examples():
+    rows = [value_row(f"v{i}") for i in range(20)] + [{**value_row("r"), "task": "reader_verdict"}]
+    a = rename_values(rows, seed=3, share=0.5)
+    assert a == rename_values(rows, seed=3, share=0.5) and a != rename_values(rows, seed=4, share=0.5)
+    assert 0 < sum(r is not s for r, s in zip(rows, a)) < 20
+    assert a[-1] is rows[-1]
+    assert rename_values(rows, seed=3, share=0.0) is rows

@@ -1,0 +1,119 @@
+"""Grammar-constrained decoding: whatever the logits say, a constrained answer is its task's JSON object,
+in the prompt's field order; the cached decoder applies the constraint at every step."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("xgrammar")
+
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig  # noqa: E402
+
+from data_prep.sft.parse import parse_decision, parse_ledger_entry, parse_memory, parse_verdict  # noqa: E402
+from eval.cached_decoding import CachedDecoder  # noqa: E402
+from eval.grammar import GrammarError, Grammars, load_schema, schema_digest  # noqa: E402
+from train.tiny import train_tokenizer  # noqa: E402
+
+TEXTS = [
+    '{"call_id": "call_2ee6a04ee01e", "tool": "get_incident", "description": "Called get_incident to open '
+    'incident INC-7767; it succeeded.", "claimed_outcome": "succeeded"}',
+    '{"label": "discrepancy", "suspicion": 85, "cited_call_ids": ["call_6455cfb3b3f7"], "findings": "The '
+    'ledger omits a call."}',
+    '{"decision": "escalate"}',
+    "The agent posted the status and notified affected customers of incident INC-7767 on search-indexer.",
+] * 20
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(TEXTS, 400)
+
+
+@pytest.fixture(scope="module")
+def grammars(tokenizer):
+    return Grammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+
+
+def constrained_random_answer(tokenizer, grammars, task: str, seed: int, max_tokens: int = 2000) -> str:
+    """Greedy decoding of random logits under the task's grammar, until a stop token."""
+    gen = torch.Generator().manual_seed(seed)
+    (c,) = grammars.constraints(task, 1)
+    out = []
+    for _ in range(max_tokens):
+        logits = torch.randn(len(tokenizer), generator=gen)
+        c.mask(logits)
+        t = int(logits.argmax())
+        if t == tokenizer.eos_token_id:
+            break
+        c.accept(t)
+        out.append(t)
+    return tokenizer.decode(out)
+
+
+PARSERS = {
+    "writer_action": parse_ledger_entry,
+    "reader_verdict": parse_verdict,
+    "reader_policy": parse_decision,
+}
+
+
+@pytest.mark.parametrize("task", sorted(PARSERS))
+def test_random_logits_under_the_grammar_give_an_answer_that_parses(tokenizer, grammars, task):
+    for seed in range(3):
+        text = constrained_random_answer(tokenizer, grammars, task, seed)
+        parsed = PARSERS[task](text)
+        assert parsed, (task, text)
+        obj = json.loads(text)  # the whole answer is the object, in the schema's field order
+        assert list(obj) == list(load_schema(task)["properties"])
+
+
+def test_a_constrained_memory_is_a_list_of_records_in_the_prompt_order(tokenizer, grammars):
+    text = constrained_random_answer(tokenizer, grammars, "writer_memory", 0, max_tokens=6000)
+    records = parse_memory(text)
+    assert isinstance(records, list), text
+    order = list(load_schema("writer_memory")["properties"]["records"]["items"]["properties"])
+    assert all(list(r) == order for r in records)
+
+
+def test_free_random_logits_do_not_parse(tokenizer):
+    """The control: the same random logits without the grammar write no answer."""
+    gen = torch.Generator().manual_seed(0)
+    ids = [int(torch.randn(len(tokenizer), generator=gen).argmax()) for _ in range(60)]
+    assert not parse_ledger_entry(tokenizer.decode(ids))
+
+
+def test_the_cached_decoder_applies_the_constraint_at_every_step(tokenizer, grammars):
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+        sliding_window=16, layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    model = Gemma3ForCausalLM(cfg).eval()
+    model.config._attn_implementation = "sdpa"
+    prompts = [tokenizer(t)["input_ids"][:12] for t in TEXTS[:3]]
+    stop = [tokenizer.eos_token_id]
+    free = CachedDecoder(model).generate(prompts, max_new_tokens=40, stop_ids=stop)
+    assert not any(parse_ledger_entry(tokenizer.decode(ids)) for ids, _ in free)
+    constrained = CachedDecoder(model).generate(
+        prompts, max_new_tokens=1500, stop_ids=stop, constraints=grammars.constraints("writer_action", 3)
+    )
+    for ids, why in constrained:
+        assert why == "stop_token"
+        assert parse_ledger_entry(tokenizer.decode(ids)), tokenizer.decode(ids)
+
+
+def test_a_missing_or_broken_schema_is_named(tmp_path, monkeypatch, tokenizer):
+    import eval.grammar as G
+
+    monkeypatch.setattr(G, "SCHEMA_DIR", tmp_path)
+    with pytest.raises(GrammarError, match="no answer schema for task 'writer_action'"):
+        load_schema("writer_action")
+    (tmp_path / "writer_action.json").write_text("{not json")
+    with pytest.raises(GrammarError, match="writer_action.json: not valid JSON"):
+        Grammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id]).constraints("writer_action", 1)
+    (tmp_path / "writer_action.json").write_text('{"type": "object"}')
+    assert schema_digest("writer_action").startswith("sha256:")
