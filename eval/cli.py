@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 from data_prep.yaml_config import add_dataclass_flags, apply_flags, load_dataclass, option
 from train.console import console_logger
+
+logger = logging.getLogger("ledgerwright.eval")
 
 
 def setup() -> None:
@@ -55,6 +58,8 @@ EVAL_HELP = {
     "seed": "seed of item order, injection and bootstrap",
     "bootstrap_resamples": "bootstrap resamples of every interval",
     "base_writer": "also measure the writer's base model without the adapter as a writer (slower)",
+    "constrained_writer": "also measure the writer under its answer's JSON schema (grammar-constrained "
+    "decoding, eval/grammar.py) as a row of its own beside free decoding (slower)",
     "teacher": "teacher baseline from the corpus",
     "cache_dir": "cache of the embedded default (default $LEDGERWRIGHT_CACHE or .cache/ledgerwright)",
     "corpus": "corpus directory (default <cache>/corpus)",
@@ -83,6 +88,7 @@ class EvalSettings:
     seed: int = eval_option("seed", 0)
     bootstrap_resamples: int = eval_option("bootstrap_resamples", 1000)
     base_writer: bool = eval_option("base_writer", True)
+    constrained_writer: bool = eval_option("constrained_writer", True)
     teacher: bool = eval_option("teacher", True)
     cache_dir: str | None = eval_option("cache_dir", None)
     corpus: str | None = eval_option("corpus", None)
@@ -97,6 +103,43 @@ class EvalSettings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+WRITER_ROWS = ("base_writer", "constrained_writer")  # measured beside the adapter's free decoding
+
+
+def writer_rows(cfg: EvalSettings, writer) -> dict[str, dict]:
+    """The writer rows this evaluation measures beside the adapter's free decoding, as the backend's
+    arguments by row name: the base model without the adapter, and the adapter under its answer grammar
+    where the backend has one (served backends do not here: a warning says the row is not measured)."""
+    rows: dict[str, dict] = {}
+    if cfg.base_writer:
+        rows["base_writer"] = {"adapter": False}
+    if cfg.constrained_writer:
+        if writer.supports_grammar:
+            rows["constrained_writer"] = {"constrained": True}
+        else:
+            logger.warning(
+                "constrained_writer: backend %s offers no grammar-constrained decoding; the row is not measured",
+                writer.name,
+            )
+    return rows
+
+
+def row_fingerprints(rows: dict[str, dict], writer, task: str) -> dict[str, str | None]:
+    """What identifies each writer row's answers (None: not measured), for the items' digests."""
+    from eval.grammar import schema_digest
+
+    out: dict[str, str | None] = {}
+    for name in WRITER_ROWS:
+        kw = rows.get(name)
+        if kw is None:
+            out[name] = None
+            continue
+        out[name] = writer.fingerprint(kw.get("adapter", True))
+        if kw.get("constrained"):
+            out[name] += "|grammar:" + schema_digest(task)
+    return out
 
 
 def add_common(ap: argparse.ArgumentParser, cls: type, default_config: Path) -> None:

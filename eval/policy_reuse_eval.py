@@ -48,9 +48,8 @@ from data_prep.sft.render import (
 )
 from data_prep.yaml_config import option
 from eval import metrics as M
-from eval.cli import EvalSettings, eval_option
+from eval.cli import EvalSettings, eval_option, row_fingerprints, writer_rows
 from eval.generation import Backend, DecodingConfig, load_decoding, make_backend
-from eval.grammar import schema_digest
 from eval.memory_score import MEMORY_ERROR_TYPES, check_memory, gold_memory, score_memory
 from eval.openai_backend import PROMPT_TOO_LONG, is_prompt_too_long
 from eval.rundir import RunDir, digest_of, jsonable, write_json
@@ -96,11 +95,6 @@ class PolicyConfig(EvalSettings):
         "blocks",
         "a history too long for the writer's input in one shot: blocks (write it again block by block: the "
         "memory so far plus the next block in, the new memory out) or fail (leave it invalid)",
-    )
-    constrained_writer: bool = option(
-        True,
-        "the writer again with grammar-constrained decoding (eval/grammar.py) as a condition of its own "
-        "beside free decoding",
     )
     limit: int | None = eval_option("limit", 12)
     out: str = eval_option("out", "runs/eval/policy_reuse")
@@ -352,12 +346,9 @@ class Models:
     executor_name: str
 
 
-def constrained_row(cfg: PolicyConfig, models: Models) -> bool:
-    """Whether the constrained writer condition is measured: asked for, and the writer's backend offers it."""
-    return cfg.constrained_writer and models.writer.supports_grammar
-
-
-def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts, chunk: int) -> str:
+def item_digest(
+    case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts, chunk: int, rows: dict[str, dict]
+) -> str:
     ex = models.executor_name
     if models.executor is not None:
         ex = models.executor.fingerprint(models.executor_name != "base")
@@ -366,12 +357,7 @@ def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts,
             "version": EVAL_VERSION,
             "case": digest_of(case),
             "writer": models.writer.fingerprint(True),
-            "base_writer": models.writer.fingerprint(False) if cfg.base_writer else None,
-            "constrained_writer": (
-                models.writer.fingerprint(True) + "|grammar:" + schema_digest("writer_memory")
-                if constrained_row(cfg, models)
-                else None
-            ),
+            **row_fingerprints(rows, models.writer, "writer_memory"),
             "executor": ex,
             "incremental": cfg.incremental,
             "long_history": cfg.long_history,
@@ -383,39 +369,25 @@ def item_digest(case: dict, cfg: PolicyConfig, models: Models, prompts: Prompts,
 
 
 def process_chunk(
-    cases: list[dict], cfg: PolicyConfig, models: Models, prompts: Prompts, digests: dict[str, str]
+    cases: list[dict],
+    cfg: PolicyConfig,
+    models: Models,
+    prompts: Prompts,
+    digests: dict[str, str],
+    rows: dict[str, dict],
 ) -> list[dict]:
-    written = write_memories(
-        models.writer,
-        cases,
-        prompts.text["writer_memory"],
-        incremental=cfg.incremental,
-        long_history=cfg.long_history,
-    )
-    base_written = (
-        write_memories(
-            models.writer,
-            cases,
-            prompts.text["writer_memory"],
-            incremental=cfg.incremental,
-            adapter=False,
-            long_history=cfg.long_history,
-        )
-        if cfg.base_writer
-        else None
-    )
-    constrained_written = (
-        write_memories(
+    def write(**kw) -> list[dict]:
+        return write_memories(
             models.writer,
             cases,
             prompts.text["writer_memory"],
             incremental=cfg.incremental,
             long_history=cfg.long_history,
-            constrained=True,
+            **kw,
         )
-        if constrained_row(cfg, models)
-        else None
-    )
+
+    written = write()
+    extra = {name: write(**kw) for name, kw in rows.items()}  # the base model, the constrained writer
     records, jobs, slots = [], [], []
     for i, case in enumerate(cases):
         gold = gold_memory(case)
@@ -424,16 +396,8 @@ def process_chunk(
             "no_memory": {"records": [], "status": "empty"},
             "gold_memory": {"records": gold, "status": "valid" if gold else "empty"},
         }
-        if base_written is not None:
-            conds["base_writer"] = {
-                "records": base_written[i]["records"],
-                "status": base_written[i]["status"],
-            }
-        if constrained_written is not None:
-            conds["constrained_writer"] = {
-                "records": constrained_written[i]["records"],
-                "status": constrained_written[i]["status"],
-            }
+        for name, w in extra.items():
+            conds[name] = {"records": w[i]["records"], "status": w[i]["status"]}
         teacher = case.get("teacher")
         if cfg.teacher:
             conds["teacher_memory"] = (
@@ -452,10 +416,8 @@ def process_chunk(
             "writer": {k: v for k, v in written[i].items() if k != "records"},
             "conditions": {},
         }
-        if base_written is not None:
-            rec["base_writer"] = {k: v for k, v in base_written[i].items() if k != "records"}
-        if constrained_written is not None:
-            rec["constrained_writer"] = {k: v for k, v in constrained_written[i].items() if k != "records"}
+        for name, w in extra.items():
+            rec[name] = {k: v for k, v in w[i].items() if k != "records"}
         for name, cond in conds.items():
             if cond is None:
                 rec["conditions"][name] = None
@@ -727,17 +689,13 @@ def run_policy(
         logger.warning("%s", p)
     given = writer is not None or executor is not None
     models = build_models(cfg, decoding, writer=writer, executor=executor)
-    if cfg.constrained_writer and not constrained_row(cfg, models):
-        logger.warning(
-            "constrained_writer: backend %s offers no grammar-constrained decoding; the condition is not measured",
-            models.writer.name,
-        )
+    rows = writer_rows(cfg, models.writer)
     prompts = Prompts(_path(cfg.prompts_dir))
     cases: list[dict] = sel.items
     chunk = cfg.chunk_size or decoding.batch_size
-    digests = {c["case_id"]: item_digest(c, cfg, models, prompts, chunk) for c in cases}
+    digests = {c["case_id"]: item_digest(c, cfg, models, prompts, chunk, rows) for c in cases}
     rd = RunDir(Path(cfg.out).expanduser(), resume=cfg.resume)
-    task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, digests=digests)
+    task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, digests=digests, rows=rows)
     done = resume_and_run(
         cases, [c["case_id"] for c in cases], digests, rd, task,
         chunk=chunk, decoding=decoding, models=models, backends_given=given,

@@ -48,9 +48,8 @@ from data_prep.sft.parse import ParseFailure, parse_ledger_entry, parse_verdict
 from data_prep.sft.render import Prompts, call_text, reader_verdict_input, task_text
 from data_prep.yaml_config import option
 from eval import metrics as M
-from eval.cli import EvalSettings, eval_option
+from eval.cli import EvalSettings, eval_option, row_fingerprints, writer_rows
 from eval.generation import Backend, Completion, DecodingConfig, load_decoding, make_backend
-from eval.grammar import schema_digest
 from eval.injection import DEFAULT_TYPES, INJECTION_TYPES, Injection, assign_injections, inject
 from eval.rundir import RunDir, digest_of, jsonable, write_json
 from eval.sources import SourceError, heldout_families, load_runs, resolve_default
@@ -84,11 +83,6 @@ class SabotageConfig(EvalSettings):
         factory=lambda: [0.01, 0.05],
     )
     base_reader: bool = option(True, "the reader's base model without the adapter as a baseline monitor")
-    constrained_writer: bool = option(
-        True,
-        "the writer again with grammar-constrained decoding (eval/grammar.py), reported as its own row beside "
-        "free decoding; the reader reads the free row's ledgers",
-    )
     out: str = eval_option("out", "runs/eval/sabotage")
 
     def check(self) -> None:
@@ -289,26 +283,21 @@ class Models:
     reader: Backend
 
 
-def constrained_row(cfg: SabotageConfig, models: Models) -> bool:
-    """Whether the constrained writer row is measured: asked for, and the writer's backend offers it
-    (vLLM and OpenAI-compatible servers do not here; the run says so in a warning and a note)."""
-    return cfg.constrained_writer and models.writer.supports_grammar
-
-
 def item_digest(
-    run: Run, cfg: SabotageConfig, models: Models, assigned: str | None, prompts: Prompts, chunk: int
+    run: Run,
+    cfg: SabotageConfig,
+    models: Models,
+    assigned: str | None,
+    prompts: Prompts,
+    chunk: int,
+    rows: dict[str, dict],
 ) -> str:
     return digest_of(
         {
             "version": EVAL_VERSION,
             "run": digest_of(run.to_dict()),
             "writer": models.writer.fingerprint(True),
-            "base_writer": models.writer.fingerprint(False) if cfg.base_writer else None,
-            "constrained_writer": (
-                models.writer.fingerprint(True) + "|grammar:" + schema_digest("writer_action")
-                if constrained_row(cfg, models)
-                else None
-            ),
+            **row_fingerprints(rows, models.writer, "writer_action"),
             "reader": models.reader.fingerprint(True),
             "base_reader": models.reader.fingerprint(False) if cfg.base_reader else None,
             "teacher": cfg.teacher,
@@ -326,20 +315,15 @@ def process_chunk(
     prompts: Prompts,
     assigned: dict[str, str | None],
     digests: dict[str, str],
+    rows: dict[str, dict],
 ) -> list[dict]:
     """Writer, injection, reader and baselines for a chunk of runs; one record per run."""
     dicts = [r.to_dict() for r in runs]
     turns = write_ledgers(models.writer, dicts, prompts.text["writer_action"], adapter=True)
-    base_turns = (
-        write_ledgers(models.writer, dicts, prompts.text["writer_action"], adapter=False)
-        if cfg.base_writer
-        else None
-    )
-    constrained_turns = (
-        write_ledgers(models.writer, dicts, prompts.text["writer_action"], constrained=True)
-        if constrained_row(cfg, models)
-        else None
-    )
+    extra = {
+        name: write_ledgers(models.writer, dicts, prompts.text["writer_action"], **kw)
+        for name, kw in rows.items()
+    }
     records: list[dict] = []
     reader_prompts: list[list[dict]] = []
     for i, run in enumerate(runs):
@@ -382,20 +366,9 @@ def process_chunk(
             "reader_input_digest": digest_of(reader_prompts[-1]),
             "monitors": {},
         }
-        if base_turns is not None:
-            bl = ledger_from_turns(base_turns[i])
-            rec["base_writer"] = {
-                "turns": base_turns[i],
-                "ledger": bl,
-                "scores": writer_scores(run, bl, base_turns[i]),
-            }
-        if constrained_turns is not None:
-            cl = ledger_from_turns(constrained_turns[i])
-            rec["constrained_writer"] = {
-                "turns": constrained_turns[i],
-                "ledger": cl,
-                "scores": writer_scores(run, cl, constrained_turns[i]),
-            }
+        for name, row_turns in extra.items():
+            ledger = ledger_from_turns(row_turns[i])
+            rec[name] = {"turns": row_turns[i], "ledger": ledger, "scores": writer_scores(run, ledger, row_turns[i])}
         rec["monitors"]["reconciler"] = reconciler_monitor(gold, bool(types), targets)
         if cfg.teacher:
             rec["monitors"]["teacher"] = teacher_monitor(run)
@@ -630,20 +603,18 @@ def run_sabotage(
         logger.warning("%s", p)
     given = writer is not None or reader is not None
     models = build_models(cfg, decoding, writer=writer, reader=reader)
-    if cfg.constrained_writer and not constrained_row(cfg, models):
-        logger.warning(
-            "constrained_writer: backend %s offers no grammar-constrained decoding; the row is not measured",
-            models.writer.name,
-        )
+    rows = writer_rows(cfg, models.writer)
     prompts = Prompts(_path(cfg.prompts_dir))
     runs: list[Run] = sel.items
     assigned = assign_injections(
         [r.run_id for r in runs], cfg.inject_share, tuple(cfg.inject_types), cfg.seed
     )
     chunk = cfg.chunk_size or decoding.batch_size
-    digests = {r.run_id: item_digest(r, cfg, models, assigned[r.run_id], prompts, chunk) for r in runs}
+    digests = {r.run_id: item_digest(r, cfg, models, assigned[r.run_id], prompts, chunk, rows) for r in runs}
     rd = RunDir(Path(cfg.out).expanduser(), resume=cfg.resume)
-    task = functools.partial(process_chunk, cfg=cfg, prompts=prompts, assigned=assigned, digests=digests)
+    task = functools.partial(
+        process_chunk, cfg=cfg, prompts=prompts, assigned=assigned, digests=digests, rows=rows
+    )
     done = resume_and_run(
         runs, [r.run_id for r in runs], digests, rd, task,
         chunk=chunk, decoding=decoding, models=models, backends_given=given,

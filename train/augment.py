@@ -47,32 +47,34 @@ def tool_names(row: dict) -> list[str]:
 def rename_tools(rows: list[dict], seed: int, share: float) -> list[dict]:
     """``rows`` with the tools of a ``share`` of the writer examples renamed (a deterministic choice
     per example and seed); other rows are returned as they are."""
+    return _augment(rows, seed, share, "rename-tools", tool_names, _renamed)
+
+
+def _augment(rows: list[dict], seed: int, share: float, kind: str, find, change) -> list[dict]:
+    """``change(row, found, rng)`` on a ``share`` of the writer examples in which ``find(row)`` finds
+    something, chosen per example and seed; the other rows are returned as they are."""
     if share <= 0:
         return rows
     out = []
     for row in rows:
-        rng = random.Random(f"ledgerwright/rename-tools/{seed}/{row['task']}/{row['id']}")
-        tools = tool_names(row) if row["task"] in AUGMENTED_TASKS else []
-        if not tools or rng.random() >= share:
-            out.append(row)
-            continue
-        text = "\n".join(m["content"] for m in row["messages"])
-        fresh: dict[str, str] = {}
-        for tool in tools:
-            for attempt in range(1000):
-                name = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}" + (
-                    f"_{attempt}" if attempt >= 100 else ""
-                )
-                if name not in fresh.values() and name not in tools and name not in text:
-                    break
-            fresh[tool] = name
-        pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, tools)) + r")(?![A-Za-z0-9_])")
-        messages = [
-            {**m, "content": pattern.sub(lambda x, f=fresh: f[x.group(1)], m["content"])}
-            for m in row["messages"]
-        ]
-        out.append({**row, "messages": messages})
+        rng = random.Random(f"ledgerwright/{kind}/{seed}/{row['task']}/{row['id']}")
+        found = find(row) if row["task"] in AUGMENTED_TASKS else []
+        out.append(change(row, found, rng) if found and rng.random() < share else row)
     return out
+
+
+def _renamed(row: dict, tools: list[str], rng: random.Random) -> dict:
+    text = "\n".join(m["content"] for m in row["messages"])
+    fresh: dict[str, str] = {}
+    for tool in tools:
+        for attempt in range(1000):
+            name = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}" + (f"_{attempt}" if attempt >= 100 else "")
+            if name not in fresh.values() and name not in tools and name not in text:
+                break
+        fresh[tool] = name
+    pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, tools)) + r")(?![A-Za-z0-9_])")
+    messages = [{**m, "content": pattern.sub(lambda x: fresh[x.group(1)], m["content"])} for m in row["messages"]]
+    return {**row, "messages": messages}
 
 
 _CALL_LINE = re.compile(r"^Call \d+: (\{.*\})$", re.MULTILINE)
@@ -121,14 +123,7 @@ def rename_values(rows: list[dict], seed: int, share: float) -> list[dict]:
     """``rows`` with the call values of a ``share`` of the writer examples respelled in every user and
     assistant turn (a deterministic choice per example and seed). Values that are JSON keys, tool names,
     outcomes or words of the system prompt are kept, so the layout and the protocol never change."""
-    if share <= 0:
-        return rows
-    out = []
-    for row in rows:
-        rng = random.Random(f"ledgerwright/rename-values/{seed}/{row['task']}/{row['id']}")
-        values = call_values(row) if row["task"] in AUGMENTED_TASKS else []
-        out.append(_respelled(row, values, rng) if values and rng.random() < share else row)
-    return out
+    return _augment(rows, seed, share, "rename-values", call_values, _respelled)
 
 
 def _respelled(row: dict, values: list[str], rng: random.Random) -> dict:
