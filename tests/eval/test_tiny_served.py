@@ -44,6 +44,7 @@ def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, c
         return PolicyConfig(
             cases=str(cases_file), limit=3, out=str(tmp_path / out), progress=False, bootstrap_resamples=50,
             chunk_size=4, executor="base", base_writer=True, teacher=False,
+            constrained_writer=False,  # the served model offers no grammar here
         )  # fmt: skip
 
     local = run_policy(cfg("local"), writer=TransformersBackend(ckpt, decoding), decoding=decoding)
