@@ -117,3 +117,29 @@ def test_a_missing_or_broken_schema_is_named(tmp_path, monkeypatch, tokenizer):
         Grammars(tokenizer, len(tokenizer), [tokenizer.eos_token_id]).constraints("writer_action", 1)
     (tmp_path / "writer_action.json").write_text('{"type": "object"}')
     assert schema_digest("writer_action").startswith("sha256:")
+
+
+@pytest.mark.slow
+def test_both_generation_paths_keep_a_real_checkpoint_to_the_schema(tiny_base, tmp_path):
+    """The checkpoint's own tokenizer and chat template, through the transformers backend: the cached
+    decoder (CPU) and transformers' generate with xgrammar's logits processor (GPU, or reuse_kv_cache off)
+    both answer within the schema, and give the same greedy answers."""
+    from evalkit import train_fixtures
+
+    from eval.generation import DecodingConfig, TransformersBackend
+
+    ckpt = train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
+    prompts = [[{"role": "user", "content": f"Call {i}: get_user U-{i}"}] for i in range(3)]
+    answers = {}
+    for cached in (True, False):
+        # no loop guard: this barely trained model loops, and the schema's length bounds must end it
+        decoding = DecodingConfig(
+            threads=1, reuse_kv_cache=cached, guard=False, max_new_tokens={"writer_action": 800}
+        )
+        backend = TransformersBackend(ckpt, decoding)
+        out = backend.complete(prompts, task="writer_action", constrained=True)
+        assert all(c.ok and parse_ledger_entry(c.text) for c in out), [c.text for c in out]
+        free = backend.complete(prompts, task="writer_action")
+        assert [c.text for c in free] != [c.text for c in out]
+        answers[cached] = [c.text for c in out]
+    assert answers[True] == answers[False]

@@ -15,21 +15,6 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory) -> Path:
-    from train.config import TinyBaseConfig
-    from train.tiny import ensure_tiny_base
-
-    fx = train_fixtures()
-    root = tmp_path_factory.mktemp("tiny")
-    # without the copy circuit: its raised output gain makes a 20-step base end every turn at once, and
-    # these tests compare the text two backends generate, which must not be empty (nor with the
-    # 4-head test shape, measured: 2 heads answer)
-    shape = {**fx.TEST_TINY, "num_attention_heads": 2, "num_key_value_heads": 1}
-    cfg = TinyBaseConfig(**shape, copy_circuit=False)
-    return ensure_tiny_base(fx.make_sft_fixture(root / "sft"), root / "cache", cfg)
-
-
 def test_openai_backend_through_serve_equals_transformers(tiny_base, tmp_path, cases_file):
     from eval.generation import DecodingConfig, TransformersBackend
     from eval.openai_backend import EndpointSettings, OpenAIBackend
