@@ -193,7 +193,8 @@ def cells_of(run_dir: Path) -> list[Cell]:
         return [cell]
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     cells = []
-    for t in meta["tasks"]:
+    # this submission's tasks and the cells of earlier submissions of part of the grid (slurm/sweeplib.py)
+    for t in meta["tasks"] + meta.get("earlier_tasks", []):
         params = dict(t["params"])
         keys = meta.get("grid_keys") or list(params)
         role = t.get("role", params.get("role", "writer"))

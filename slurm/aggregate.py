@@ -32,8 +32,8 @@ from data_prep.yaml_config import strict_parser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sweeplib import chain_parts, out_of  # noqa: E402
-from task_runner import find_summary  # noqa: E402
+from sweeplib import all_tasks, chain_parts, out_of  # noqa: E402
+from task_runner import find_summary, status_path  # noqa: E402
 
 TRAIN_FIELDS = {
     "global_step": ("results", "global_step"),
@@ -170,15 +170,15 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str], list[str], list[str
     rows: list[dict] = []
     metric_cols: list[str] = []
     headline: list[str] = []
-    for t in meta["tasks"]:
+    for t in all_tasks(meta):
         tid = t["task_id"]
         train_dir, eval_dir = Path(t["train_dir"]), Path(t["eval_dir"])
         manifest = _read_json(train_dir / "manifest.json")
         summary_paths = eval_summaries(t.get("eval_command", ""), eval_dir)
         summaries = [_read_json(p) if p else None for p in summary_paths]
         summary = None if any(x is None for x in summaries) else summaries
-        t_status = _read_json(sweep_dir / "status" / f"train-{tid:04d}.json")
-        e_status = _read_json(sweep_dir / "status" / f"eval-{tid:04d}.json")
+        t_status = _read_json(status_path(sweep_dir, "train", t["name"]))
+        e_status = _read_json(status_path(sweep_dir, "eval", t["name"]))
         t_state, t_reason = _state("train", manifest is not None, t_status)
         e_state, e_reason = _state("eval", summary is not None, e_status)
         row: dict = {"task_id": tid, "name": t["name"]}

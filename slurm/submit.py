@@ -47,6 +47,7 @@ from sweeplib import (  # noqa: E402
     load_sweep,
     render,
     sweep_json,
+    with_earlier,
     write_json,
 )
 
@@ -102,7 +103,12 @@ class Plan:
         (d / "sweep.yaml").write_text(
             header + "\n" + yaml.safe_dump(self.sweep.raw, sort_keys=False), encoding="utf-8"
         )
-        write_json(d / "sweep.json", sweep_json(self.sweep))
+        previous = d / "sweep.json"
+        try:
+            earlier = json.loads(previous.read_text(encoding="utf-8")) if previous.is_file() else None
+        except ValueError:
+            earlier = None  # unreadable: this submission's plan stands alone
+        write_json(d / "sweep.json", with_earlier(sweep_json(self.sweep), earlier))
         for kind in ("train", "eval"):
             self.paths[f"{kind}_index"].write_text("\n".join(self.indexes[kind]) + "\n", encoding="utf-8")
             self.paths[f"{kind}_script"].write_text(self.scripts[kind], encoding="utf-8")

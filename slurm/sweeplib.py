@@ -34,7 +34,9 @@ A sweep YAML (``configs/sweeps/*.yaml``)::
 The sweep directory gets ``sweep.json`` (the expanded plan), ``train_index.tsv`` and
 ``eval_index.tsv`` (one line per array task: ``task_id <TAB> name <TAB> output_dir <TAB> command``),
 the rendered ``train_array.sbatch`` and ``eval_array.sbatch``, ``logs/`` (``%A_%a`` files),
-``status/`` (one JSON per task, written by ``task_runner.py``) and ``tasks/<name>/{ckpt,eval}``.
+``status/`` (one JSON per cell, written by ``task_runner.py``) and ``tasks/<name>/{ckpt,eval}``. A
+submission of part of the grid (``--set grid.seed=[1,2]``) keeps the cells of earlier submissions in
+``sweep.json`` under ``earlier_tasks``, so the aggregate and the comparison read every cell.
 """
 
 from __future__ import annotations
@@ -626,6 +628,20 @@ def sweep_json(sweep: Sweep) -> dict:
             for t in sweep.tasks
         ],
     }
+
+
+def all_tasks(meta: dict) -> list[dict]:
+    """The cells of a ``sweep.json``: this submission's tasks, then those only earlier ones had."""
+    return list(meta["tasks"]) + list(meta.get("earlier_tasks", []))
+
+
+def with_earlier(meta: dict, previous: dict | None) -> dict:
+    """``meta`` with the cells of ``previous`` (the sweep.json it replaces) that it does not plan."""
+    if not previous:
+        return meta
+    names = {t["name"] for t in meta["tasks"]}
+    earlier = {t["name"]: t for t in all_tasks(previous) if t["name"] not in names}
+    return {**meta, "earlier_tasks": [earlier[n] for n in sorted(earlier)]} if earlier else meta
 
 
 def write_json(path: Path, data: dict) -> None:

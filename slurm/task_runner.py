@@ -18,8 +18,9 @@ the command in its own process group, with:
   group, SIGKILL after ``--grace`` seconds) and requeues this array task with ``scontrol requeue``
   (outside Slurm it exits 75 so the caller can rerun it); SIGTERM/SIGINT (preemption, scancel) stop the
   child and exit 143/130 - a preempted job that Slurm requeues resumes the same way.
-- a status file ``<sweep_dir>/status/<kind>-<task>.json`` with every attempt (start, end, exit code,
-  state, the checkpoint it resumed from), which ``aggregate.py`` and the tests read.
+- a status file ``<sweep_dir>/status/<kind>-<cell name>.json`` with every attempt (start, end, exit
+  code, state, the checkpoint it resumed from), which ``aggregate.py`` and the tests read. It is named
+  by the cell, not the array index: a later submission of part of the grid renumbers the tasks.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ def is_complete(kind: str, out: Path) -> bool:
 
 
 # ---- status -------------------------------------------------------------------------------------
-def status_path(index: Path, kind: str, task: int) -> Path:
-    return index.parent / "status" / f"{kind}-{task:04d}.json"
+def status_path(sweep_dir: Path, kind: str, name: str) -> Path:
+    return sweep_dir / "status" / f"{kind}-{name}.json"
 
 
 def now() -> dict:
@@ -248,7 +249,7 @@ def run_task(kind: str, index: Path, task: int, *, grace: float, env: dict[str, 
     env = dict(os.environ if env is None else env)
     entry = read_index(index, task)
     out = Path(entry.output_dir)
-    status = Status(status_path(index, kind, task), kind, entry, env)
+    status = Status(status_path(index.parent, kind, entry.name), kind, entry, env)
     log(f"{kind} task {task} ({entry.name}), attempt {status.attempt['attempt']}, output {out}")
     todo = pending(kind, entry)
     if not todo:

@@ -205,7 +205,7 @@ def _requeue_first_task(sweep_dir: Path, tasks: list, train_job: str, t_submit: 
     (SIGSTOP, as a slow step would) so it cannot finish first, then deliver SIGUSR1 to the batch
     shell only. Returns task 0's output directory and status file."""
     out0 = Path(tasks[0]["train_dir"])
-    status0 = sweep_dir / "status" / "train-0000.json"
+    status0 = sweep_dir / "status" / f"train-{tasks[0]['name']}.json"
     while not glob.glob(str(out0 / "checkpoint-*" / "trainer_state.json")):
         assert time.time() - t_submit < WAIT_S, dump_logs(sweep_dir)
         assert squeue_ids(f"{train_job}_0"), "task 0 ended before its first checkpoint:\n" + dump_logs(
@@ -266,6 +266,7 @@ def _check_requeued(sweep_dir: Path, train_job: str, out0: Path, status0: Path) 
 
 def _check_order(sweep_dir: Path, train_job: str, eval_job: str) -> None:
     """The evaluations started only after all training had finished: Slurm's own times and the runner's."""
+    tasks = json.loads((sweep_dir / "sweep.json").read_text())["tasks"]
     train_t, eval_t = job_times(train_job), job_times(eval_job)
     assert sorted(train_t) == sorted(eval_t) == ["0", "1", "2", "3"], (train_t, eval_t)
     assert all(s == "COMPLETED" for *_, s in train_t.values()) and all(
@@ -273,16 +274,16 @@ def _check_order(sweep_dir: Path, train_job: str, eval_job: str) -> None:
     )
     assert min(s for s, _, _ in eval_t.values()) >= max(e for _, e, _ in train_t.values())
     train_end = max(
-        json.loads((sweep_dir / "status" / f"train-{i:04d}.json").read_text())["attempts"][-1]["finished"][
+        json.loads((sweep_dir / "status" / f"train-{t['name']}.json").read_text())["attempts"][-1]["finished"][
             "unix"
         ]
-        for i in range(4)
+        for t in tasks
     )
     eval_start = min(
-        json.loads((sweep_dir / "status" / f"eval-{i:04d}.json").read_text())["attempts"][0]["started"][
+        json.loads((sweep_dir / "status" / f"eval-{t['name']}.json").read_text())["attempts"][0]["started"][
             "unix"
         ]
-        for i in range(4)
+        for t in tasks
     )
     assert eval_start >= train_end
 

@@ -71,7 +71,7 @@ def test_requeued_train_task_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     submit.prepare_cache(sweep)  # the data and the tiny base, so the timing below is the training's
     index = plan.paths["train_index"]
     out = Path(sweep.tasks[0].train_dir)
-    status_file = sweep.sweep_dir / "status" / "train-0000.json"
+    status_file = sweep.sweep_dir / "status" / f"train-{sweep.tasks[0].name}.json"
 
     # first attempt: SIGUSR1 once a checkpoint is complete
     log1 = tmp_path / "attempt0.log"

@@ -51,8 +51,10 @@ def make_sweep(tmp_path: Path) -> Path:
     submit.Plan(sweep).write(REPO / "configs" / "sweeps" / "tiny-cpu.yaml")
     d = sweep.sweep_dir
 
+    names = {t.index: t.name for t in sweep.tasks}
+
     def status(kind, tid, state, rc, job):
-        path = d / "status" / f"{kind}-{tid:04d}.json"
+        path = d / "status" / f"{kind}-{names[tid]}.json"
         path.write_text(
             json.dumps(
                 {"state": state, "attempts": [{"attempt": 0, "state": state, "rc": rc, "slurm_job": job}]}
@@ -161,3 +163,23 @@ def test_flatten_metrics():
     )
     assert flat == {"a": 0.5, "a.ci_lo": 0.4, "a.ci_hi": 0.6, "n": 3.0, "b.c": 1.5}
     assert head == ["a", "b.c"]
+
+
+def test_a_later_submission_of_part_of_the_grid_keeps_every_cell(tmp_path):
+    """Seed 1 alone submitted after the whole grid (``--set grid.seed=[1]``): the tasks are renumbered,
+    yet the aggregate still reads all four cells, each with its own status (named by the cell)."""
+    d = make_sweep(tmp_path)
+    tiny = REPO / "configs" / "sweeps" / "tiny-cpu.yaml"
+    part = load_sweep(tiny, out=d, sets=[("grid.seed", [1])])
+    submit.Plan(part).write(tiny)
+    meta = json.loads((d / "sweep.json").read_text())
+    assert [t["name"] for t in meta["tasks"]] == ["writer-e16-s1", "writer-e32-s1"]
+    assert [t["name"] for t in meta["earlier_tasks"]] == ["writer-e16-s0", "writer-e32-s0"]
+    rows = {r["name"]: r for r in aggregate.aggregate(d)["rows"]}
+    assert set(rows) == {"writer-e16-s0", "writer-e16-s1", "writer-e32-s0", "writer-e32-s1"}
+    # writer-e32-s1 is task 1 now, the index writer-e16-s1 had: its missing training is its own
+    assert rows["writer-e16-s1"]["state"] == "ok" and rows["writer-e32-s0"]["state"] == "train done, eval failed"
+    assert rows["writer-e32-s1"]["state"] == "train missing, eval missing"
+    # submitting the whole grid again keeps nothing as earlier: every cell is planned
+    submit.Plan(load_sweep(tiny, out=d)).write(tiny)
+    assert "earlier_tasks" not in json.loads((d / "sweep.json").read_text())

@@ -164,7 +164,7 @@ def test_requeue_signal_stops_and_the_rerun_resumes(tmp_path):
     reached = max(int(d.name.split("-")[1]) for d in out.glob("checkpoint-*"))
     assert reached < 50
 
-    status_file = tmp_path / "status" / "train-0000.json"
+    status_file = tmp_path / "status" / "train-t0.json"
     status = json.loads(status_file.read_text())
     assert status["state"] == "requeued" and status["attempts"][0]["signal"] == "SIGUSR1"
 
@@ -191,7 +191,7 @@ def test_requeue_signal_stops_and_the_rerun_resumes(tmp_path):
 def test_sigterm_stops_a_suspended_child_and_records_it(tmp_path):
     index, out = make_index(tmp_path)
     p = runner(index, clean_env(FAKE_STEPS="500", FAKE_STEP_SECONDS="0.1"))
-    status_file = tmp_path / "status" / "train-0000.json"
+    status_file = tmp_path / "status" / "train-t0.json"
     wait_for(lambda: (out / "checkpoint-1").is_dir())
     pgid = json.loads(status_file.read_text())["attempts"][0]["child_pgid"]
     os.killpg(pgid, signal.SIGSTOP)  # as Slurm suspends a job; SIGTERM alone would not be acted on
@@ -209,7 +209,7 @@ def test_a_failing_command_is_recorded(tmp_path):
     index.write_text(f"0\tt0\t{out}\tpython -c 'import sys; sys.exit(3)'\n")
     res = run_eval(index, clean_env())
     assert res.returncode == 3
-    st = json.loads((tmp_path / "status" / "eval-0000.json").read_text())
+    st = json.loads((tmp_path / "status" / "eval-t0.json").read_text())
     assert st["state"] == "failed" and st["attempts"][-1]["rc"] == 3
     # exit 0 without the expected output is a failure too
     index.write_text(f"0\tt0\t{out}\tpython -c 'pass'\n")
@@ -254,5 +254,5 @@ def test_a_chained_evaluation_runs_each_script_once(tmp_path):
     assert tr.run_task("eval", index, 0, grace=5, env=clean_env()) == 0
     assert tr.run_task("eval", index, 0, grace=5, env=clean_env()) == 0
     assert log.read_text().split() == ["a", "b", "b"]
-    status = json.loads((tmp_path / "status" / "eval-0000.json").read_text())
+    status = json.loads((tmp_path / "status" / "eval-t0.json").read_text())
     assert [a["state"] for a in status["attempts"]] == ["failed", "done", "done"]
