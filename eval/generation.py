@@ -400,13 +400,17 @@ class TransformersBackend(Backend):
                 torch.manual_seed(self.decoding.seed)
             else:
                 kwargs.update(temperature=None, top_p=None, top_k=None)
-            guards = self._guards(len(idx))
+            guards = self._guards(len(idx), max_new if grammars is not None else None)
             if guards is not None:
                 kwargs["stopping_criteria"] = stopping_criteria(guards, self._text_of, width)
             if grammars is not None:
                 from xgrammar.contrib.hf import LogitsProcessor
 
+                from eval.grammar import field_closer
+
                 kwargs["logits_processor"] = [LogitsProcessor([grammars.compiled(task)] * len(idx))]
+                if guards is not None:
+                    kwargs["logits_processor"].append(field_closer(guards, grammars.quote_ids))
             # the base model: a separate copy when the adapter was merged, else the adapter switched off
             off = model.disable_adapter() if (not adapter and not self._merged) else contextlib.nullcontext()
             try:
@@ -450,16 +454,21 @@ class TransformersBackend(Backend):
             text = self._token_text[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
         return text
 
-    def _guards(self, n: int):
+    def _guards(self, n: int, budget: int | None = None):
+        """One answer guard per row; ``budget`` (under a grammar): the guard cuts looping fields instead."""
         if not self.decoding.guard:
             return None
-        return [AnswerGuard(max_field_chars=self.decoding.max_field_chars) for _ in range(n)]
+        return [self._guard(budget) for _ in range(n)]
+
+    def _guard(self, budget: int | None) -> AnswerGuard:
+        limit = self.decoding.max_field_chars
+        return AnswerGuard(max_field_chars=limit, cut_fields=budget is not None, budget=budget)
 
     def _run_cached(
         self, decoder, encoded, order, out, max_new: int, stop: list[int], strict: bool, task: str, grammars
     ) -> None:
-        limit = self.decoding.max_field_chars
-        guard = (lambda: AnswerGuard(max_field_chars=limit)) if self.decoding.guard else None
+        budget = max_new if grammars is not None else None
+        guard = (lambda: self._guard(budget)) if self.decoding.guard else None
         bs = self.decoding.batch_size
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]

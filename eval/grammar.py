@@ -65,6 +65,7 @@ class Grammars:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self._compiled: dict[str, object] = {}
+        self.quote_ids = quote_tokens(tokenizer, vocab_size)
 
     def compiled(self, task: str):
         if task not in self._compiled:
@@ -79,24 +80,69 @@ class Grammars:
 
     def constraints(self, task: str, n: int) -> list[Constraint]:
         grammar = self.compiled(task)
-        return [Constraint(self._xgr, self._xgr.GrammarMatcher(grammar), self.vocab_size) for _ in range(n)]
+        return [
+            Constraint(self._xgr, self._xgr.GrammarMatcher(grammar), self.vocab_size, self.quote_ids)
+            for _ in range(n)
+        ]
+
+
+def quote_tokens(tokenizer, vocab_size: int):
+    """Ids of the tokens whose text starts with a double quote: what may follow a field the answer guard
+    cut (train/answer_guard.py, ``closing``); the grammar keeps those that close the string validly."""
+    import torch
+
+    size = min(vocab_size, len(tokenizer))
+    ids = [i for i in range(size) if tokenizer.decode([i], skip_special_tokens=True).startswith('"')]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def close_field(logits, quote_ids) -> bool:
+    """Mask (in place) every token of ``logits`` [vocab] that does not start with a quote, unless that
+    leaves nothing the grammar allows (then the row is left as the grammar masked it); True if applied."""
+    import torch
+
+    keep = logits[quote_ids]
+    if not bool(torch.isfinite(keep).any()):
+        return False
+    logits.fill_(float("-inf"))
+    logits[quote_ids] = keep
+    return True
 
 
 class Constraint:
     """One answer's grammar state: ``mask`` sets the logits of tokens it cannot take to -inf, ``accept``
     advances it by the token chosen."""
 
-    def __init__(self, xgr, matcher, vocab_size: int):
+    def __init__(self, xgr, matcher, vocab_size: int, quote_ids=None):
         self._xgr = xgr
         self.matcher = matcher
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self.quote_ids = quote_ids
 
-    def mask(self, logits) -> None:
-        """``logits``: one row [vocab] (or [1, vocab]), masked in place."""
+    def mask(self, logits, closing: bool = False) -> None:
+        """``logits``: one row [vocab] (or [1, vocab]), masked in place; ``closing``: the answer guard cut
+        the open string field, so only a token that closes it may come next."""
         self.matcher.fill_next_token_bitmask(self._bitmask, 0)
         row = logits.view(1, -1)
         self._xgr.apply_token_bitmask_inplace(row, self._bitmask.to(row.device))
+        if closing and self.quote_ids is not None:
+            close_field(row[0], self.quote_ids.to(row.device))
 
     def accept(self, token_id: int) -> None:
         if not self.matcher.is_terminated():
             self.matcher.accept_token(int(token_id))
+
+
+def field_closer(guards: list, quote_ids):
+    """A transformers LogitsProcessor for the generic generate path: a row whose answer guard cut its
+    open field (``closing``) may only take a token that closes the string, as in the cached decoder."""
+    from transformers import LogitsProcessor
+
+    class _FieldCloser(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            for r, g in enumerate(guards):
+                if g.closing and g.reason is None:
+                    close_field(scores[r], quote_ids.to(scores.device))
+            return scores
+
+    return _FieldCloser()

@@ -137,7 +137,7 @@ def _writer_table(summary: dict) -> list[str]:
     lines += ["", "## Writer", ""]
     head = (
         "| writer | runs | parse rate | call id exact | tool | outcome | description | content agreement "
-        "| protocol compliance | bijection | clean ledger | guard stops |"
+        "| protocol compliance | bijection | clean ledger | guard stops (field cuts) |"
     )
     lines += [
         "Per-field figures are shares of all turns (an unparseable turn is wrong in every field).",
@@ -160,9 +160,15 @@ def _writer_table(summary: dict) -> list[str]:
         lines.append(
             f"| {names.get(key, key)} | {w['runs']} | {_rate(w.get('parse_rate'))} | {fields} | "
             f"{_rate(w['content_agreement'], pct=False)} | {_rate(w['protocol_compliance'], pct=False)} | "
-            f"{_rate(w.get('bijection'))} | {_rate(w.get('clean_ledger'))} | {w.get('guard_stops', '–')} |"
+            f"{_rate(w.get('bijection'))} | {_rate(w.get('clean_ledger'))} | {_stops(w)} |"
         )
     return lines
+
+
+def _stops(w: dict) -> str:
+    """Guard stops of a writer row, with the fields it cut under a grammar where there were any."""
+    stops = w.get("guard_stops", "–")
+    return f"{stops} ({w['field_cut_turns']})" if w.get("field_cut_turns") else str(stops)
 
 
 CONDITION_NAMES = {

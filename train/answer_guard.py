@@ -10,6 +10,13 @@ stops generation when:
 
 The answer generated so far is kept as it is (a cut loop stays unparseable and is counted so); the
 reason is recorded beside it.
+
+Under a grammar (``cut_fields``, the evaluations' constrained rows) a loop or an overlong value inside a
+string ends that *field* instead of the answer: the guard asks for the string to be closed (``closing``:
+the decoder then allows only tokens that start with a quote, and the grammar only those that continue a
+valid answer) and decoding goes on with the next field. So does a string still open when ``reserve``
+tokens of the answer's ``budget`` are left, so that the object can close within it. The looping text
+stays in its field (a looping id stays a wrong id); the answer's stop reason is then ``field_cut``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-REASONS = ("json_end", "repetition", "field_length")
+REASONS = ("json_end", "repetition", "field_length", "field_cut")
+CUTTABLE = ("repetition", "field_length")  # what ends a field instead of the answer under a grammar
 
 
 @dataclass
@@ -27,22 +35,50 @@ class AnswerGuard:
     max_period: int = 8
     reason: str | None = None  # set by callers that keep the guard after it fired
     cut: int = 0  # tokens kept when it fired (callers that generate past it)
+    cut_fields: bool = False  # under a grammar: end a looping or overlong string field, not the answer
+    budget: int | None = None  # the answer's max_new_tokens (cut_fields: close an open string near it)
+    reserve: int = 32  # tokens left to close the object when a string is still open
+    closing: bool = False  # a field was cut: the next token must close the string
+    cuts: int = 0  # fields cut in this answer
+    _n: int = 0
     _ids: list[int] = field(default_factory=list)
     _depth: int = 0
     _started: bool = False
     _in_string: bool = False
     _escape: bool = False
     _field_chars: int = 0
+    _objects: list[bool] = field(default_factory=list)  # open containers: True for an object
+    _expect_key: bool = False
+    _in_key: bool = False  # the open string is an object key (never cut: the grammar spells keys)
 
     def feed(self, token_id: int, text: str) -> str | None:
         """Take the next token (id and its text); the reason to stop now, or None."""
         self._ids.append(token_id)
+        self._n += 1
+        why = None
         for ch in text:
             why = self._char(ch)
             if why:
-                return why
-        if self._repeating():
-            return "repetition"
+                break
+        if why is None and self._repeating():
+            why = "repetition"
+        if not self.cut_fields:
+            return why
+        if why == "json_end" and self.cuts:
+            return "field_cut"
+        in_value = self._in_string and not self._in_key
+        if why in CUTTABLE and in_value:
+            return self._cut_field()
+        near_end = self.budget is not None and self._n >= self.budget - self.reserve
+        if why is None and near_end and in_value and not self.closing:
+            return self._cut_field()
+        return why
+
+    def _cut_field(self) -> None:
+        """Close the open string value next (the caller masks every token that does not start with a quote)."""
+        self.closing, self.cuts = True, self.cuts + 1
+        self._ids.clear()
+        self._field_chars = 0
         return None
 
     def _char(self, ch: str) -> str | None:
@@ -52,19 +88,28 @@ class AnswerGuard:
             elif ch == "\\":
                 self._escape = True
             elif ch == '"':
-                self._in_string = False
+                self._in_string = self.closing = False
                 return None
             self._field_chars += 1
             return "field_length" if self._field_chars > self.max_field_chars else None
         if ch == '"':
             self._in_string, self._field_chars = True, 0
+            self._in_key = self._objects[-1:] == [True] and self._expect_key
         elif ch in "{[":
             self._depth += 1
             self._started = True
+            self._objects.append(ch == "{")
+            self._expect_key = ch == "{"
         elif ch in "}]":
             self._depth -= 1
+            if self._objects:
+                self._objects.pop()
             if self._started and self._depth <= 0:
                 return "json_end"
+        elif ch == ",":
+            self._expect_key = self._objects[-1:] == [True]
+        elif ch == ":":
+            self._expect_key = False
         return None
 
     def _repeating(self) -> bool:

@@ -36,3 +36,42 @@ def test_repeated_digits_inside_a_real_answer_do_not_fire():
     answer = '{"label": "clean", "suspicion": 0, "cited_call_ids": [], "findings": "amount 1000000 to BA-5418"}'
     why, used = feed_all(AnswerGuard(), list(answer))
     assert (why, used) == ("json_end", len(answer))
+
+
+def test_under_a_grammar_a_looping_field_is_closed_and_the_answer_goes_on():
+    guard = AnswerGuard(cut_fields=True, budget=128)
+    head = ['{"', "call", "_", "id", '": "', "call", "_"]
+    fed = 0
+    for piece in head + ["e", "6"] * 100:
+        assert guard.feed(hash(piece) & 0xFFFF, piece) is None  # a loop in a field does not end the answer
+        fed += 1
+        if guard.closing:
+            break
+    assert guard.cuts == 1 and fed < len(head) + 40  # cut within the window
+    rest = ['", "', "tool", '": "', "get", "_x", '", "', "claimed", '": "', "failed", '"}']
+    assert guard.feed(1, rest[0]) is None and not guard.closing  # the quote closed the field
+    why, _ = feed_all(guard, rest[1:])
+    assert why == "field_cut" and guard.cuts == 1  # the object closed, after one cut
+
+
+def test_under_a_grammar_a_string_still_open_near_the_budget_is_closed():
+    guard = AnswerGuard(cut_fields=True, budget=40, reserve=8)
+    pieces = ['{"', "description", '": "'] + [f"w{i} " for i in range(40)]
+    fed = 0
+    for piece in pieces:
+        assert guard.feed(fed, piece) is None
+        fed += 1
+        if guard.closing:
+            break
+    assert fed == 40 - 8 and guard.cuts == 1
+
+
+def test_keys_are_never_cut_only_values():
+    guard = AnswerGuard(cut_fields=True, budget=12, reserve=8)  # past 4 tokens every open value is cut
+    pieces = ['{"', "call", "_", "id", '": "', "c", '", "', "tool", '": "', "x"]
+    cuts = []
+    for k, piece in enumerate(pieces):
+        guard.feed(k, piece)
+        cuts.append(guard.cuts)
+    # inside the key "call_id" (tokens 1-3) and the key "tool" nothing is cut; each value, once opened, is
+    assert cuts == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]

@@ -83,8 +83,7 @@ def test_free_random_logits_do_not_parse(tokenizer):
     assert not parse_ledger_entry(tokenizer.decode(ids))
 
 
-def test_the_cached_decoder_applies_the_constraint_at_every_step(tokenizer, grammars):
-    torch.manual_seed(0)
+def _random_model(tokenizer):
     cfg = Gemma3TextConfig(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
@@ -94,6 +93,12 @@ def test_the_cached_decoder_applies_the_constraint_at_every_step(tokenizer, gram
     )  # fmt: skip
     model = Gemma3ForCausalLM(cfg).eval()
     model.config._attn_implementation = "sdpa"
+    return model
+
+
+def test_the_cached_decoder_applies_the_constraint_at_every_step(tokenizer, grammars):
+    torch.manual_seed(0)
+    model = _random_model(tokenizer)
     prompts = [tokenizer(t)["input_ids"][:12] for t in TEXTS[:3]]
     stop = [tokenizer.eos_token_id]
     free = CachedDecoder(model).generate(prompts, max_new_tokens=40, stop_ids=stop)
@@ -104,6 +109,31 @@ def test_the_cached_decoder_applies_the_constraint_at_every_step(tokenizer, gram
     for ids, why in constrained:
         assert why == "stop_token"
         assert parse_ledger_entry(tokenizer.decode(ids)), tokenizer.decode(ids)
+
+
+def test_under_the_grammar_the_guard_closes_fields_so_a_short_budget_still_parses(tokenizer, grammars):
+    """A random model under the grammar writes long strings; with an 80-token budget the plain guard
+    leaves them unfinished, the field-cutting guard closes them and every answer parses."""
+    from train.answer_guard import AnswerGuard
+
+    torch.manual_seed(0)
+    model = _random_model(tokenizer)
+    prompts = [tokenizer(t)["input_ids"][:12] for t in TEXTS[:3]]
+    stop = [tokenizer.eos_token_id]
+
+    def run(guard):
+        out = CachedDecoder(model).generate(
+            prompts, max_new_tokens=80, stop_ids=stop, guard=guard, decode_token=tokenizer.decode,
+            constraints=grammars.constraints("writer_action", 3),
+        )  # fmt: skip
+        return [(parse_ledger_entry(tokenizer.decode(ids)), why) for ids, why in out]
+
+    plain = run(AnswerGuard)
+    assert not all(parsed for parsed, _ in plain)
+    cut = run(lambda: AnswerGuard(cut_fields=True, budget=80, reserve=56))  # a char-level tokenizer
+    assert all(parsed for parsed, _ in cut), cut
+    assert all(why in ("field_cut", "stop_token") for _, why in cut)
+    assert any(why == "field_cut" for _, why in cut)
 
 
 def test_a_missing_or_broken_schema_is_named(tmp_path, monkeypatch, tokenizer):
@@ -143,3 +173,23 @@ def test_both_generation_paths_keep_a_real_checkpoint_to_the_schema(tiny_base, t
         assert [c.text for c in free] != [c.text for c in out]
         answers[cached] = [c.text for c in out]
     assert answers[True] == answers[False]
+
+
+@pytest.mark.slow
+def test_both_generation_paths_cut_fields_alike(tiny_base, tmp_path):
+    """With the guard on and a 96-token budget, the guard closes this model's looping fields, through the
+    cached decoder and through generate (xgrammar's processor and the field closer), the same way."""
+    from evalkit import train_fixtures
+
+    from eval.generation import DecodingConfig, TransformersBackend
+
+    ckpt = train_fixtures().make_lora_checkpoint(tiny_base, tmp_path / "ckpt")
+    prompts = [[{"role": "user", "content": f"Call {i}: get_user U-{i}"}] for i in range(3)]
+    answers = {}
+    for cached in (True, False):
+        decoding = DecodingConfig(threads=1, reuse_kv_cache=cached, max_new_tokens={"writer_action": 96})
+        out = TransformersBackend(ckpt, decoding).complete(prompts, task="writer_action", constrained=True)
+        assert all(c.ok and parse_ledger_entry(c.text) for c in out), [(c.text, c.stop) for c in out]
+        answers[cached] = [(c.text, c.stop) for c in out]
+    assert answers[True] == answers[False]
+    assert any(stop == "field_cut" for _, stop in answers[True])
