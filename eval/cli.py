@@ -128,7 +128,7 @@ def writer_rows(cfg: EvalSettings, writer) -> dict[str, dict]:
 
 def row_fingerprints(rows: dict[str, dict], writer, task: str) -> dict[str, str | None]:
     """What identifies each writer row's answers (None: not measured), for the items' digests."""
-    from eval.grammar import schema_digest
+    from eval.grammar import FIELD_CUTS, schema_digest
 
     out: dict[str, str | None] = {}
     for name in WRITER_ROWS:
@@ -138,7 +138,7 @@ def row_fingerprints(rows: dict[str, dict], writer, task: str) -> dict[str, str 
             continue
         out[name] = writer.fingerprint(kw.get("adapter", True))
         if kw.get("constrained"):
-            out[name] += "|grammar:" + schema_digest(task)
+            out[name] += "|grammar:" + schema_digest(task) + "|" + FIELD_CUTS
     return out
 
 

@@ -6,7 +6,9 @@ xgrammar compiles the task's JSON schema (``configs/eval/answer_schemas/<task>.j
 prompt's order) against the checkpoint's tokenizer. The evaluations report it as its own row beside free
 decoding (``constrained_writer``): what the model knows once a format error is impossible, never in
 place of what it writes by itself. The schemas fix the layout only (fields, their order, the enums the
-prompt names); no value of an answer is constrained beyond its type and length.
+prompt names); no value of an answer is constrained beyond its type and length. Under a grammar the
+answer guard ends a looping or overlong string *field* (``field_closer``, ``Constraint.mask(closing=)``:
+the next token must close it) instead of the whole answer, which free decoding could only leave open.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from train.checkpoint import CheckpointError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "configs" / "eval" / "answer_schemas"
 SEPARATORS = (", ", ": ")  # the layout the answers are trained in (data_prep.sft.render.laid_out)
+# how the answer guard treats a constrained answer (train/answer_guard.py: cut_fields), in the items'
+# digests so that a resumed evaluation recomputes answers decoded under an earlier rule
+FIELD_CUTS = "guard:field-cuts/1"
 
 
 class GrammarError(CheckpointError):
