@@ -144,7 +144,8 @@ class Completion:
 
     text: str | None
     error: str | None = None
-    stop: str | None = None  # why generation ended: stop_token, max_new_tokens or a guard reason
+    stop: str | None = None  # why generation ended: stop_token, max_new_tokens or a guard reason (field_cut:
+    # under a grammar the guard closed a looping or overlong field and the answer went on to its end)
 
     @property
     def ok(self) -> bool:

@@ -90,6 +90,13 @@ class TinyBaseConfig:
             "a content-matching copy does not emerge from minutes of CPU pretraining"
         ),
     )
+    copy_match_tokens: int = field(
+        default=2,
+        metadata=_help(
+            "tokens the copy circuit's window match compares (2 or 3): with 3, an id whose character pair "
+            "repeats (cfb3b3f7) no longer continues from its own earlier pair"
+        ),
+    )
     rename_tools: float = field(
         default=0.5,
         metadata=_help(

@@ -36,26 +36,33 @@ from __future__ import annotations
 
 import math
 
-OFFSETS = (1, 2, 0)  # layer 0's positional heads, in slot order: previous token, the one before, this one
+OFFSETS = (1, 2, 0, 3)  # layer 0's positional heads by slot: previous token, the one before, this one, 3 back
 CONST = 0.05  # the constant embedding dimension (raw weight; Gemma scales it by sqrt(hidden))
 GAIN = 3.5  # q/k norm gain of the positional heads (a sharp peak at their offset)
 MATCH_GAIN = 4.0  # q/k norm gain of the induction heads
 RECENCY = 5.0  # weight of the constant query/key on the window match's recency pair
 RECENCY_PAIR = 8  # with the sliding layers' theta 1e4: 0.01 rad a token, monotonic over a 128 window
+# the window match's dimensions shared between this token, the one before and the one before that:
+# with 3 tokens, a match on the last two still wins where no position matches all three
+WINDOW_WEIGHTS = (1.0, 1.0, 0.5)
 OUTPUT_GAIN = 4.0  # final norm gain: with embeddings of std 0.02 a copied token could not win the softmax
 
 
-def init_copy_circuit(model, seed: int = 0) -> list:
+def init_copy_circuit(model, seed: int = 0, match_tokens: int = 2) -> list:
     """Set the circuit in a freshly initialised ``Gemma3ForCausalLM``; returns the gradient hooks
-    that keep its attention patterns fixed during pretraining (``hook.remove()`` to release them)."""
+    that keep its attention patterns fixed during pretraining (``hook.remove()`` to release them).
+    ``match_tokens``: how many tokens the window match compares (2 or 3)."""
     import torch
 
     cfg = model.config
-    _check(cfg)
+    if match_tokens not in (2, 3):
+        raise ValueError(f"copy_match_tokens: expected 2 or 3, got {match_tokens}")
+    offsets = OFFSETS[: match_tokens + 1]
+    _check(cfg, offsets)
     d, hd = cfg.hidden_size, cfg.head_dim
     n_tok, const_dim = d // 2, d - 1
-    width = min(hd, (d - 1 - n_tok) // len(OFFSETS))
-    slot = {offset: n_tok + i * width for i, offset in enumerate(OFFSETS)}
+    width = min(hd, (d - 1 - n_tok) // len(offsets))
+    slot = {offset: n_tok + i * width for i, offset in enumerate(offsets)}
     gen = torch.Generator().manual_seed(seed)
     fingerprint = torch.randn(hd, n_tok, generator=gen) / math.sqrt(n_tok)
     with torch.no_grad():
@@ -64,12 +71,13 @@ def init_copy_circuit(model, seed: int = 0) -> list:
         emb[:, const_dim] = CONST
         frozen = _positional_heads(model, fingerprint, slot, width, const_dim)
         if _has_window_match(cfg):
-            frozen += _two_token_match(model.model.layers[1].self_attn, slot, width, const_dim, n_tok)
+            att = model.model.layers[1].self_attn
+            frozen += _window_match(att, slot, width, const_dim, n_tok, match_tokens)
             # the balance of match and recency in that layer's queries and keys
             frozen.append((model.model.layers[1].input_layernorm.weight, slice(None), None))
         glob = cfg.layer_types.index("full_attention", 1)
         frozen.append((emb, slice(None), slice(n_tok, None)))  # no token writes to the slots
-        frozen += _keep_slots_clear(model.model.layers[0], n_tok, len(OFFSETS))
+        frozen += _keep_slots_clear(model.model.layers[0], n_tok, len(offsets))
         for layer in model.model.layers[1:glob]:
             frozen += _keep_slots_clear(layer, n_tok, 1)
         frozen += _one_token_match(model.model.layers[glob].self_attn, fingerprint, slot, width)
@@ -77,14 +85,15 @@ def init_copy_circuit(model, seed: int = 0) -> list:
     return [_freeze(param, rows, cols) for param, rows, cols in frozen]
 
 
-def _check(cfg) -> None:
-    if cfg.num_hidden_layers < 2 or cfg.num_attention_heads < len(OFFSETS) or cfg.head_dim < 8:
+def _check(cfg, offsets: tuple[int, ...]) -> None:
+    n = len(offsets)
+    if cfg.num_hidden_layers < 2 or cfg.num_attention_heads < n or cfg.head_dim < 8:
         raise ValueError(
-            f"the copy circuit needs >= 2 layers, >= {len(OFFSETS)} attention heads and head_dim >= 8 "
+            f"the copy circuit needs >= 2 layers, >= {n} attention heads and head_dim >= 8 "
             "(or tiny.copy_circuit: false)"
         )
-    if cfg.hidden_size < 4 * cfg.head_dim // 2 or (cfg.hidden_size // 2 - 1) // len(OFFSETS) < 8:
-        raise ValueError("the copy circuit needs hidden_size >= 2 * head_dim and room for three slots")
+    if cfg.hidden_size < 4 * cfg.head_dim // 2 or (cfg.hidden_size // 2 - 1) // n < 8:
+        raise ValueError(f"the copy circuit needs hidden_size >= 2 * head_dim and room for {n} slots")
     if "full_attention" not in cfg.layer_types[1:]:
         raise ValueError("the copy circuit needs a global (full_attention) layer after layer 0")
 
@@ -102,14 +111,15 @@ def _inv_freq(cfg, layer: int):
 
 
 def _positional_heads(model, fingerprint, slot: dict, width: int, const_dim: int) -> list:
-    """Layer 0: head h attends ``OFFSETS[h]`` tokens back and writes the fingerprint there to its slot.
+    """Layer 0: head h attends ``offsets[h]`` tokens back and writes the fingerprint there to its slot.
     Every key/value head serving a positional head gets a constant key and the fingerprint value."""
     import torch
 
     cfg, layer = model.config, model.model.layers[0]
     att, hd = layer.self_attn, cfg.head_dim
     group = cfg.num_attention_heads // cfg.num_key_value_heads
-    kv_heads = sorted({h // group for h in range(len(OFFSETS))})
+    offsets = tuple(slot)
+    kv_heads = sorted({h // group for h in range(len(offsets))})
     inv_freq = _inv_freq(cfg, 0)
     half, fast = hd // 2, hd // 4
     for kv in kv_heads:
@@ -119,8 +129,8 @@ def _positional_heads(model, fingerprint, slot: dict, width: int, const_dim: int
         att.v_proj.weight[rows].zero_()
         att.v_proj.weight[rows, : fingerprint.shape[1]] = fingerprint
     o = att.o_proj.weight
-    n_heads = len(OFFSETS)
-    for h, delta in enumerate(OFFSETS):
+    n_heads = len(offsets)
+    for h, delta in enumerate(offsets):
         q = att.q_proj.weight[h * hd : (h + 1) * hd]
         q.zero_()
         q[:fast, const_dim] = torch.cos(-delta * inv_freq[:fast]).float()
@@ -200,25 +210,30 @@ def _one_token_match(att, fingerprint, slot: dict, width: int) -> list:
     return _attention_rows(att, hd)
 
 
-def _two_token_match(att, slot: dict, width: int, const_dim: int, n_tok: int) -> list:
-    """Layer 1 head 0: (this token, the previous one) against (previous, the one before) of every
-    position in the window, on the pairs above ``RECENCY_PAIR``; the recency pair prefers the latest.
-    Copies the attended token's embedding (by layer 1 the token half is still the token's own)."""
+def _window_match(att, slot: dict, width: int, const_dim: int, n_tok: int, tokens: int) -> list:
+    """Layer 1 head 0: this token and the ``tokens - 1`` before it against the ``tokens`` before every
+    position in the window, on the pairs above ``RECENCY_PAIR`` (split between the tokens, each on
+    fingerprint components of its own); the recency pair prefers the latest match. Copies the attended
+    token's embedding (by layer 1 the token half is still the token's own). A position that matches
+    fewer of the tokens still scores in proportion, so without a full match the longest partial one wins."""
     import torch
 
     hd = att.head_dim
     half = hd // 2
     pairs = list(range(RECENCY_PAIR + 1, half))
-    first, second = list(pairs), [p + half for p in pairs]
-    n = min(len(pairs), width // 2)
+    dims = pairs + [p + half for p in pairs]  # a pair's two dimensions rotate together; both are used
+    n = min(len(dims), width)
     att.q_proj.weight[:hd].zero_()
     att.k_proj.weight[:hd].zero_()
-    _match_rows(att, first[:n], slot[0], slot[1], list(range(n)))
-    _match_rows(att, second[:n], slot[1], slot[2], list(range(n, 2 * n)))
+    weights = WINDOW_WEIGHTS[:tokens]
+    bounds = [round(n * sum(weights[:k]) / sum(weights)) for k in range(tokens + 1)]
+    for t in range(tokens):  # query: token i - t (slot t back); key: token j - 1 - t
+        group = list(range(bounds[t], bounds[t + 1]))
+        _match_rows(att, [dims[c] for c in group], slot[t], slot[t + 1], group)
     att.q_proj.weight[RECENCY_PAIR, const_dim] = RECENCY
     att.k_proj.weight[RECENCY_PAIR, const_dim] = RECENCY
     gains = torch.zeros(hd)
-    gains[first[:n] + second[:n] + [RECENCY_PAIR]] = MATCH_GAIN - 1
+    gains[dims[:n] + [RECENCY_PAIR]] = MATCH_GAIN - 1
     att.q_norm.weight.copy_(gains)
     att.k_norm.weight.copy_(gains)
     _copy_value(att, hd)
@@ -270,7 +285,7 @@ def _freeze(param, rows: slice, cols: slice | None):
     return param.register_hook(hook)
 
 
-def positional_attention(model, length: int = 64, seed: int = 0) -> list[float]:
+def positional_attention(model, length: int = 64, seed: int = 0, match_tokens: int = 2) -> list[float]:
     """Mean attention of layer 0's positional heads on their offsets over random tokens (a check
     that the circuit is in place: about 0.99 each after ``init_copy_circuit``)."""
     import torch
@@ -286,7 +301,7 @@ def positional_attention(model, length: int = 64, seed: int = 0) -> list[float]:
         model.config._attn_implementation = impl
     return [
         round(sum(att[h, t, t - delta].item() for t in range(4, length)) / (length - 4), 4)
-        for h, delta in enumerate(OFFSETS)
+        for h, delta in enumerate(OFFSETS[: match_tokens + 1])
     ]
 
 

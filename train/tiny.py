@@ -83,6 +83,8 @@ def base_dir_name(cfg: TinyBaseConfig, digest: str) -> str:
     tiny = asdict(cfg)
     if not tiny["rename_values"]:  # added later: bases built without it keep their cache key
         del tiny["rename_values"]
+    if tiny["copy_match_tokens"] == 2:  # likewise
+        del tiny["copy_match_tokens"]
     key = json.dumps(
         {
             "tiny": tiny,
@@ -339,7 +341,7 @@ def build_tiny_base(
     if cfg.copy_circuit:
         from train.copy_circuit import init_copy_circuit
 
-        hooks = init_copy_circuit(model, seed=cfg.seed)
+        hooks = init_copy_circuit(model, seed=cfg.seed, match_tokens=cfg.copy_match_tokens)
     # one pass worth of tokens: every pretraining step sees new text while the corpus lasts
     budget = cfg.pretrain_steps * cfg.pretrain_batch_size * cfg.pretrain_seq_len
     train_blocks = _blocks(

@@ -239,3 +239,21 @@ def test_a_backend_without_grammars_leaves_the_constrained_row_out_and_says_so(r
     )
     assert json.loads((out / "summary.json").read_text())["writer"]["constrained"] is None
     assert "offers no grammar-constrained decoding" in caplog.text
+
+
+def test_answers_whose_fields_the_guard_closed_are_counted_in_the_constrained_row(runs_file, tmp_path):
+    class Cutting(ScriptedBackend):
+        def complete(self, prompts, *, task, adapter=True, constrained=False):
+            out = super().complete(prompts, task=task, adapter=adapter, constrained=constrained)
+            for c in out:
+                c.stop = "field_cut" if constrained else "json_end"
+            return out
+
+    b = Cutting(default_responder)
+    out = run_sabotage(
+        _cfg(runs_file, tmp_path / "o", constrained_writer=True), writer=b, reader=b, decoding=DecodingConfig()
+    )
+    s = json.loads((out / "summary.json").read_text())
+    c, w = s["writer"]["constrained"], s["writer"]["adapter"]
+    assert c["field_cut_turns"] == c["turns"] == c["guard_stops"] and w["field_cut_turns"] == 0
+    assert f"| {c['guard_stops']} ({c['turns']}) |" in (out / "report.md").read_text()

@@ -111,11 +111,13 @@ def tiny_sized_model():
     return model
 
 
-def test_the_window_match_takes_the_latest_two_token_match_over_a_nearer_one_token_match():
+@pytest.mark.parametrize("match_tokens", [2, 3])
+def test_the_window_match_takes_the_latest_two_token_match_over_a_nearer_one_token_match(match_tokens):
     """``"tool": "`` in an entry must copy from the current call's ``"tool": "``, not from the entry's
-    own ``"call_id": "`` a few tokens back (the same last token) nor from an older call's tool field."""
+    own ``"call_id": "`` a few tokens back (the same last token) nor from an older call's tool field.
+    A three-token match whose third token matches nowhere still takes the latest two-token match."""
     model = tiny_sized_model()
-    init_copy_circuit(model)
+    init_copy_circuit(model, match_tokens=match_tokens)
     gen = torch.Generator().manual_seed(1)
     hits = 0
     for _ in range(40):
@@ -130,3 +132,28 @@ def test_the_window_match_takes_the_latest_two_token_match_over_a_nearer_one_tok
         hits += int(att.argmax()) == 72
     assert hits >= 36
 
+
+
+def window_match_target(match_tokens: int, seed: int) -> tuple[int, int]:
+    """An id whose character pair repeats (``p q`` at id positions 2-3 and 6-7), copied later in the
+    context: (where the window match attends after the copy's second ``p q``, the right position)."""
+    model = tiny_sized_model()
+    init_copy_circuit(model, match_tokens=match_tokens)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(6, 3000, (120,), generator=gen)
+    ident = torch.randint(6, 3000, (12,), generator=gen)
+    ident[6], ident[7] = ident[2], ident[3]
+    x[30:42] = ident  # the id in the call
+    x[100:108] = ident[:8]  # the answer has copied it up to the repeated pair
+    with torch.no_grad():
+        att = model(input_ids=x[None], output_attentions=True, use_cache=False).attentions[1][0, 0, 107]
+    return int(att.argmax()), 38  # the call's token after its second pair
+
+
+def test_a_three_token_match_continues_an_id_past_its_repeated_pair():
+    """Two tokens match the copy's own earlier pair (the latest occurrence) and continue from there
+    (``cfb3b3f7`` -> ``cfb3b3b3``); three tokens find the call's id."""
+    three = [window_match_target(3, seed) for seed in range(10)]
+    assert sum(got == want for got, want in three) >= 9
+    two = [window_match_target(2, seed) for seed in range(10)]
+    assert sum(got == 104 for got, _ in two) >= 9  # the old failure: the copy's own pair
