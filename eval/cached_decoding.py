@@ -171,7 +171,7 @@ class CachedDecoder:
         """Greedy continuations of ``prompts`` (token ids): per prompt (new ids, stop reason), the reason
         being ``stop_token``, ``max_new_tokens`` or the guard's reason. ``constraints`` (one
         ``eval.grammar.Constraint`` per prompt) mask each step's logits to what the answer's grammar allows,
-        and to a closing quote after the guard cut a field (its ``closing``)."""
+        and to what the guard asks for (``AnswerGuard.wants``: close a cut field, finish the object)."""
         import torch
 
         t0 = time.time()
@@ -229,7 +229,7 @@ class CachedDecoder:
                 on = torch.tensor(sorted(active))
                 if constraints is not None:
                     for i in sorted(active):
-                        constraints[i].mask(logits[i], closing=guards is not None and guards[i].closing)
+                        constraints[i].mask(logits[i], wants=guards[i].wants if guards else None)
                 last[on] = logits[on].argmax(-1)
                 lengths[on] += 1
             for i in range(b):

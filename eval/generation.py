@@ -411,7 +411,7 @@ class TransformersBackend(Backend):
 
                 kwargs["logits_processor"] = [LogitsProcessor([grammars.compiled(task)] * len(idx))]
                 if guards is not None:
-                    kwargs["logits_processor"].append(field_closer(guards, grammars.quote_ids))
+                    kwargs["logits_processor"].append(field_closer(guards, grammars.closers))
             # the base model: a separate copy when the adapter was merged, else the adapter switched off
             off = model.disable_adapter() if (not adapter and not self._merged) else contextlib.nullcontext()
             try:

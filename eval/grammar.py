@@ -7,8 +7,9 @@ prompt's order) against the checkpoint's tokenizer. The evaluations report it as
 decoding (``constrained_writer``): what the model knows once a format error is impossible, never in
 place of what it writes by itself. The schemas fix the layout only (fields, their order, the enums the
 prompt names); no value of an answer is constrained beyond its type and length. Under a grammar the
-answer guard ends a looping or overlong string *field* (``field_closer``, ``Constraint.mask(closing=)``:
-the next token must close it) instead of the whole answer, which free decoding could only leave open.
+answer guard ends a looping or overlong string *field* (``field_closer``, ``Constraint.mask(wants=)``:
+the next token must close it) instead of the whole answer, which free decoding could only leave open,
+and near the token budget finishes the object so that it closes within it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SCHEMA_DIR = REPO_ROOT / "configs" / "eval" / "answer_schemas"
 SEPARATORS = (", ", ": ")  # the layout the answers are trained in (data_prep.sft.render.laid_out)
 # how the answer guard treats a constrained answer (train/answer_guard.py: cut_fields), in the items'
 # digests so that a resumed evaluation recomputes answers decoded under an earlier rule
-FIELD_CUTS = "guard:field-cuts/1"
+FIELD_CUTS = "guard:field-cuts/2"
 
 
 class GrammarError(CheckpointError):
@@ -70,7 +71,7 @@ class Grammars:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self._compiled: dict[str, object] = {}
-        self.quote_ids = quote_tokens(tokenizer, vocab_size)
+        self.closers = closing_tokens(tokenizer, vocab_size)
 
     def compiled(self, task: str):
         if task not in self._compiled:
@@ -86,68 +87,87 @@ class Grammars:
     def constraints(self, task: str, n: int) -> list[Constraint]:
         grammar = self.compiled(task)
         return [
-            Constraint(self._xgr, self._xgr.GrammarMatcher(grammar), self.vocab_size, self.quote_ids)
+            Constraint(self._xgr, self._xgr.GrammarMatcher(grammar), self.vocab_size, self.closers)
             for _ in range(n)
         ]
 
 
-def quote_tokens(tokenizer, vocab_size: int):
-    """Ids of the tokens whose text starts with a double quote: what may follow a field the answer guard
-    cut (train/answer_guard.py, ``closing``); the grammar keeps those that close the string validly."""
+def closing_tokens(tokenizer, vocab_size: int) -> dict:
+    """Token ids by what they can close, for the answer guard's requests (``AnswerGuard.wants``):
+    ``quote`` (text starting with a double quote: closes a string), ``quote_end`` (a quote followed
+    only by ``]``/``}``: closes a string and containers), ``end`` (starting with ``]`` or ``}``)."""
     import torch
 
-    size = min(vocab_size, len(tokenizer))
-    ids = [i for i in range(size) if tokenizer.decode([i], skip_special_tokens=True).startswith('"')]
-    return torch.tensor(ids, dtype=torch.long)
+    out: dict[str, list[int]] = {"quote": [], "quote_end": [], "end": []}
+    for i in range(min(vocab_size, len(tokenizer))):
+        text = tokenizer.decode([i], skip_special_tokens=True)
+        if text.startswith('"'):
+            out["quote"].append(i)
+            if set(text[1:]) <= set("]} "):
+                out["quote_end"].append(i)
+        elif text[:1] in ("]", "}"):
+            out["end"].append(i)
+    return {k: torch.tensor(v, dtype=torch.long) for k, v in out.items()}
 
 
-def close_field(logits, quote_ids) -> bool:
-    """Mask (in place) every token of ``logits`` [vocab] that does not start with a quote, unless that
-    leaves nothing the grammar allows (then the row is left as the grammar masked it); True if applied."""
+# what each request of the answer guard allows, most specific first; where the grammar allows none of a
+# set the next one is tried, and after the last the grammar's own mask stands
+PREFERENCES = {
+    "close_string": ("quote",),
+    "finish_string": ("quote_end", "quote"),
+    "finish": ("end",),
+}
+
+
+def restrict(logits, closers: dict, wants: str | None) -> bool:
+    """Mask (in place) every token of ``logits`` [vocab] outside the first set of ``PREFERENCES[wants]``
+    that the grammar allows anything of; False when none (the grammar's mask then stands)."""
     import torch
 
-    keep = logits[quote_ids]
-    if not bool(torch.isfinite(keep).any()):
-        return False
-    logits.fill_(float("-inf"))
-    logits[quote_ids] = keep
-    return True
+    for name in PREFERENCES.get(wants, ()):
+        ids = closers[name].to(logits.device)
+        keep = logits[ids]
+        if bool(torch.isfinite(keep).any()):
+            logits.fill_(float("-inf"))
+            logits[ids] = keep
+            return True
+    return False
 
 
 class Constraint:
     """One answer's grammar state: ``mask`` sets the logits of tokens it cannot take to -inf, ``accept``
     advances it by the token chosen."""
 
-    def __init__(self, xgr, matcher, vocab_size: int, quote_ids=None):
+    def __init__(self, xgr, matcher, vocab_size: int, closers: dict | None = None):
         self._xgr = xgr
         self.matcher = matcher
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
-        self.quote_ids = quote_ids
+        self.closers = closers
 
-    def mask(self, logits, closing: bool = False) -> None:
-        """``logits``: one row [vocab] (or [1, vocab]), masked in place; ``closing``: the answer guard cut
-        the open string field, so only a token that closes it may come next."""
+    def mask(self, logits, wants: str | None = None) -> None:
+        """``logits``: one row [vocab] (or [1, vocab]), masked in place; ``wants``: the answer guard's
+        request (a cut field to close, an object to finish), applied within what the grammar allows."""
         self.matcher.fill_next_token_bitmask(self._bitmask, 0)
         row = logits.view(1, -1)
         self._xgr.apply_token_bitmask_inplace(row, self._bitmask.to(row.device))
-        if closing and self.quote_ids is not None:
-            close_field(row[0], self.quote_ids.to(row.device))
+        if wants and self.closers is not None:
+            restrict(row[0], self.closers, wants)
 
     def accept(self, token_id: int) -> None:
         if not self.matcher.is_terminated():
             self.matcher.accept_token(int(token_id))
 
 
-def field_closer(guards: list, quote_ids):
-    """A transformers LogitsProcessor for the generic generate path: a row whose answer guard cut its
-    open field (``closing``) may only take a token that closes the string, as in the cached decoder."""
+def field_closer(guards: list, closers: dict):
+    """A transformers LogitsProcessor for the generic generate path: each row's answer-guard request
+    (``wants``: close a cut field, finish the object) applied as in the cached decoder."""
     from transformers import LogitsProcessor
 
     class _FieldCloser(LogitsProcessor):
         def __call__(self, input_ids, scores):
             for r, g in enumerate(guards):
-                if g.closing and g.reason is None:
-                    close_field(scores[r], quote_ids.to(scores.device))
+                if g.reason is None and g.wants:
+                    restrict(scores[r], closers, g.wants)
             return scores
 
     return _FieldCloser()

@@ -12,11 +12,12 @@ The answer generated so far is kept as it is (a cut loop stays unparseable and i
 reason is recorded beside it.
 
 Under a grammar (``cut_fields``, the evaluations' constrained rows) a loop or an overlong value inside a
-string ends that *field* instead of the answer: the guard asks for the string to be closed (``closing``:
+string ends that *field* instead of the answer: the guard asks for the string to be closed (``wants``:
 the decoder then allows only tokens that start with a quote, and the grammar only those that continue a
-valid answer) and decoding goes on with the next field. So does a string still open when ``reserve``
-tokens of the answer's ``budget`` are left, so that the object can close within it. The looping text
-stays in its field (a looping id stays a wrong id); the answer's stop reason is then ``field_cut``.
+valid answer) and decoding goes on with the next field. When only ``reserve`` tokens of the answer's
+``budget`` are left, the guard finishes the object: an open value is closed, then arrays and objects
+wherever the grammar lets them close (required fields still come, their values cut short). The looping
+text stays in its field (a looping id stays a wrong id); the answer's stop reason is then ``field_cut``.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ class AnswerGuard:
     reason: str | None = None  # set by callers that keep the guard after it fired
     cut: int = 0  # tokens kept when it fired (callers that generate past it)
     cut_fields: bool = False  # under a grammar: end a looping or overlong string field, not the answer
-    budget: int | None = None  # the answer's max_new_tokens (cut_fields: close an open string near it)
-    reserve: int = 32  # tokens left to close the object when a string is still open
+    budget: int | None = None  # the answer's max_new_tokens (cut_fields: finish the object near it)
+    reserve: int | None = None  # tokens kept to finish the object (None: an eighth of the budget, >= 32)
     closing: bool = False  # a field was cut: the next token must close the string
-    cuts: int = 0  # fields cut in this answer
+    cuts: int = 0  # fields cut (and objects finished early) in this answer
     _n: int = 0
     _ids: list[int] = field(default_factory=list)
     _depth: int = 0
@@ -50,6 +51,7 @@ class AnswerGuard:
     _objects: list[bool] = field(default_factory=list)  # open containers: True for an object
     _expect_key: bool = False
     _in_key: bool = False  # the open string is an object key (never cut: the grammar spells keys)
+    _finished: bool = False  # finishing the object has been counted
 
     def feed(self, token_id: int, text: str) -> str | None:
         """Take the next token (id and its text); the reason to stop now, or None."""
@@ -69,14 +71,38 @@ class AnswerGuard:
         in_value = self._in_string and not self._in_key
         if why in CUTTABLE and in_value:
             return self._cut_field()
-        near_end = self.budget is not None and self._n >= self.budget - self.reserve
-        if why is None and near_end and in_value and not self.closing:
-            return self._cut_field()
+        if why is None and self.finishing and self._depth > 0:
+            if in_value and not self.closing:
+                return self._cut_field()  # a value open near the budget (or opened after it) is closed
+            if not self._finished:
+                self.cuts += 1  # the object is finished early from here on
+            self._finished = True
         return why
+
+    def _reserve(self) -> int:
+        if self.reserve is not None:
+            return self.reserve
+        return max(self.budget // 8, min(32, self.budget // 2))
+
+    @property
+    def finishing(self) -> bool:
+        """Past ``budget - reserve``: every open value and container is to be closed."""
+        return self.cut_fields and self.budget is not None and self._n >= self.budget - self._reserve()
+
+    @property
+    def wants(self) -> str | None:
+        """What the next token must do under a grammar: ``close_string`` (a cut field), ``finish_string``
+        (a cut field near the budget: close it and the containers), ``finish`` (close containers),
+        or None (anything the grammar allows)."""
+        if self.closing:
+            return "finish_string" if self.finishing else "close_string"
+        if self.finishing and not self._in_string:
+            return "finish"
+        return None
 
     def _cut_field(self) -> None:
         """Close the open string value next (the caller masks every token that does not start with a quote)."""
-        self.closing, self.cuts = True, self.cuts + 1
+        self.closing, self.cuts, self._finished = True, self.cuts + 1, self.finishing
         self._ids.clear()
         self._field_chars = 0
         return None

@@ -66,12 +66,23 @@ def test_under_a_grammar_a_string_still_open_near_the_budget_is_closed():
     assert fed == 40 - 8 and guard.cuts == 1
 
 
-def test_keys_are_never_cut_only_values():
-    guard = AnswerGuard(cut_fields=True, budget=12, reserve=8)  # past 4 tokens every open value is cut
+def test_near_the_budget_the_object_is_finished_values_cut_keys_spelled():
+    guard = AnswerGuard(cut_fields=True, budget=12, reserve=8)  # from the 4th token on: finish
     pieces = ['{"', "call", "_", "id", '": "', "c", '", "', "tool", '": "', "x"]
-    cuts = []
+    cuts, wants = [], []
     for k, piece in enumerate(pieces):
         guard.feed(k, piece)
         cuts.append(guard.cuts)
-    # inside the key "call_id" (tokens 1-3) and the key "tool" nothing is cut; each value, once opened, is
-    assert cuts == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]
+        wants.append(guard.wants)
+    # counted once when finishing starts (inside the key "call_id", which is never cut), then once per
+    # value: each is closed as soon as it opens, keys are left to the grammar
+    assert cuts == [0, 0, 0, 1, 2, 2, 2, 2, 3, 3]
+    assert wants[4] == wants[8] == "finish_string" and wants[7] is None
+    guard.feed(99, '"')
+    assert guard.wants == "finish"  # outside any string: close the containers
+
+
+def test_the_default_reserve_is_an_eighth_of_the_budget_and_at_least_32_tokens():
+    assert AnswerGuard(cut_fields=True, budget=128)._reserve() == 32
+    assert AnswerGuard(cut_fields=True, budget=600)._reserve() == 75
+    assert AnswerGuard(cut_fields=True, budget=16)._reserve() == 8
