@@ -91,10 +91,10 @@ class TinyBaseConfig:
         ),
     )
     copy_match_tokens: int = field(
-        default=2,
+        default=3,
         metadata=_help(
             "tokens the copy circuit's window match compares (2 or 3): with 3, an id whose character pair "
-            "repeats (cfb3b3f7) no longer continues from its own earlier pair"
+            "repeats (cfb3b3f7) continues from the call, not from its own earlier pair"
         ),
     )
     rename_tools: float = field(

@@ -16,9 +16,11 @@ any distance after a few dozen steps. So the tiny base starts with one:
   prefer the latest match (a constant query and key on a middle-frequency pair, whose ``cos`` falls
   over the window) and copy the attended token's embedding. A one-token match cannot tell the current
   call's ``"tool": "`` from the entry's own ``"call_id": "`` a few tokens back; a two-token match with
-  a preference for the latest one picks the current call. (Known cost: an id whose character pair
-  repeats can copy itself; a preference peaked further back was measured and not kept, see
-  ``bench/results/learning-2026-12-02-cpu.md``.)
+  a preference for the latest one picks the current call. With ``match_tokens=3`` (a fourth positional
+  head, three tokens back) it matches this token and the two before it: an id whose character pair
+  repeats (``cfb3b3f7``) then continues from the call, not from its own earlier pair, the failure of
+  the two-token match (``bench/results/learning-2026-12-03b-cpu.md``); where no position matches all
+  three, the longest partial match still wins, the third token weighing half as much.
 - the first global layer after it, query head 0: matches this token's fingerprint against the
   previous-token slot of every earlier position on the low-frequency RoPE pairs (nearly position-free
   over the context) and copies the attended token's fingerprint back into the token half: a
@@ -57,6 +59,8 @@ def init_copy_circuit(model, seed: int = 0, match_tokens: int = 2) -> list:
     cfg = model.config
     if match_tokens not in (2, 3):
         raise ValueError(f"copy_match_tokens: expected 2 or 3, got {match_tokens}")
+    if not _has_window_match(cfg):
+        match_tokens = 2  # no window match to compare more tokens: layer 0 keeps the three slots it had
     offsets = OFFSETS[: match_tokens + 1]
     _check(cfg, offsets)
     d, hd = cfg.hidden_size, cfg.head_dim
