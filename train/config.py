@@ -105,7 +105,7 @@ class TinyBaseConfig:
         ),
     )
     rename_values: float = field(
-        default=0.0,
+        default=0.5,
         metadata=_help(
             "share of the writer examples in the pretraining text whose call values get fresh letters in "
             "every turn (train/augment.py): copying an id's prefix from the call then pays, recalling one does not"
@@ -148,7 +148,7 @@ class TrainConfig:
         ),
     )
     rename_values: float = field(
-        default=0.0,
+        default=0.5,
         metadata=_help(
             "share of the writer's training examples whose call values (ids, names, codes) get fresh letters "
             "in every turn (train/augment.py), so a description copies them from the call; 0 keeps them as built"
