@@ -85,8 +85,9 @@ class TinyBaseConfig:
     copy_circuit: bool = field(
         default=True,
         metadata=_help(
-            "start from a copying circuit (positional heads in layer 0, a two-token match that prefers the "
-            "latest occurrence in layer 1, a one-token match in the first global layer; train/copy_circuit.py): "
+            "start from a copying circuit (positional heads in layer 0, a match of the last copy_match_tokens "
+            "tokens that prefers the latest occurrence in layer 1, a one-token match in the first global layer; "
+            "train/copy_circuit.py): "
             "a content-matching copy does not emerge from minutes of CPU pretraining"
         ),
     )

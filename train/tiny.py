@@ -53,7 +53,7 @@ ID_CHARS = (
 SPACE_BEFORE_ID = r" (?=[A-Za-z][A-Za-z0-9]*[_-][A-Za-z0-9])"
 # JSON's separators between a key and its value and between fields, one token each (byte-level
 # pre-tokenization would cut ``": "`` in two): a field's value then follows the two tokens ``key": "``,
-# which the copy circuit's two-token match finds (train/copy_circuit.py).
+# which the copy circuit's window match finds (train/copy_circuit.py).
 JSON_SEPARATORS = ('": "', '", "')
 
 
