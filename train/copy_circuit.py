@@ -7,8 +7,8 @@ trillions of tokens; the tiny base gets a few CPU minutes. Measured with ``bench
 pretraining, whatever the curriculum, while a circuit set at initialisation copies random tokens at
 any distance after a few dozen steps. So the tiny base starts with one:
 
-- layer 0 (a sliding layer), three positional heads: attend zero, one and two tokens back, whatever
-  the tokens. Their queries and keys read a constant embedding dimension and differ only by RoPE
+- layer 0 (a sliding layer), three positional heads (four with ``match_tokens=3``): attend zero, one
+  and two (and three) tokens back, whatever the tokens. Their queries and keys read a constant embedding dimension and differ only by RoPE
   phase on the high-frequency pairs; their values (a random projection of the token half of the
   residual, the token's *fingerprint*) are written to three slots of their own.
 - layer 1 (a sliding layer), query head 0 and its twin on the second key/value head: match this
