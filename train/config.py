@@ -142,7 +142,7 @@ class TrainConfig:
         default=0, metadata=_help("seed of example sampling, adapter init, data order, dropout")
     )
     rename_tools: float = field(
-        default=0.5,
+        default=1.0,
         metadata=_help(
             "share of the writer's training examples whose tools get fresh names in every turn (train/augment.py), "
             "so a tool name is copied from the call, never recalled; 0 trains on the names as built"
@@ -239,7 +239,7 @@ class TrainConfig:
     )
     per_device_eval_batch_size: int = field(default=4, metadata=_help("rows per device per eval step"))
     gradient_accumulation_steps: int = field(default=1, metadata=_help("micro-batches per optimizer step"))
-    learning_rate: float = field(default=1e-3, metadata=_help("peak learning rate of the adapter"))
+    learning_rate: float = field(default=2e-3, metadata=_help("peak learning rate of the adapter"))
     lr_scheduler_type: str = field(default="cosine", metadata=_help("transformers scheduler name"))
     warmup_ratio: float = field(default=0.05, metadata=_help("fraction of steps of linear warmup"))
     weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay"))
