@@ -8,9 +8,10 @@ pretraining, whatever the curriculum, while a circuit set at initialisation copi
 any distance after a few dozen steps. So the tiny base starts with one:
 
 - layer 0 (a sliding layer), three positional heads (four with ``match_tokens=3``): attend zero, one
-  and two (and three) tokens back, whatever the tokens. Their queries and keys read a constant embedding dimension and differ only by RoPE
-  phase on the high-frequency pairs; their values (a random projection of the token half of the
-  residual, the token's *fingerprint*) are written to three slots of their own.
+  and two (and three) tokens back, whatever the tokens. Their queries and keys read a constant
+  embedding dimension and differ only by RoPE phase on the high-frequency pairs; their values (a
+  random projection of the token half of the residual, the token's *fingerprint*) are written to a
+  slot of their own, one per head.
 - layer 1 (a sliding layer), query head 0 and its twin on the second key/value head: match this
   token *and the one before it* against the previous two tokens of every position in its window,
   prefer the latest match (a constant query and key on a middle-frequency pair, whose ``cos`` falls
