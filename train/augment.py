@@ -20,6 +20,7 @@ import json
 import random
 import re
 import string
+from functools import partial
 
 from data_prep.reconcile import salient_values
 
@@ -44,10 +45,11 @@ def tool_names(row: dict) -> list[str]:
     return [t for t in _TOOL_LINE.findall(first) if t not in KEEP]
 
 
-def rename_tools(rows: list[dict], seed: int, share: float) -> list[dict]:
+def rename_tools(rows: list[dict], seed: int, share: float, varied: bool = True) -> list[dict]:
     """``rows`` with the tools of a ``share`` of the writer examples renamed (a deterministic choice
-    per example and seed); other rows are returned as they are."""
-    return _augment(rows, seed, share, "rename-tools", tool_names, _renamed)
+    per example and seed; ``varied``: names of varying shape, see ``_fresh_name``); other rows are
+    returned as they are."""
+    return _augment(rows, seed, share, "rename-tools", tool_names, partial(_renamed, varied=varied))
 
 
 def _augment(rows: list[dict], seed: int, share: float, kind: str, find, change) -> list[dict]:
@@ -63,12 +65,32 @@ def _augment(rows: list[dict], seed: int, share: float, kind: str, find, change)
     return out
 
 
-def _renamed(row: dict, tools: list[str], rng: random.Random) -> dict:
+def _fresh_name(tool: str, rng: random.Random, varied: bool) -> str:
+    """A new name for ``tool``. Varied: one part fewer or more than ``tool`` has (at least one), each
+    part a word of the lists or a run of 2-8 random letters; a student trained on fixed ``verb_noun``
+    names learns their length (three tokens) and ends ``list_alerts`` after ``list_al`` instead of copying
+    up to the quote. Not varied: ``verb_noun``, what the tiny base's pretraining text keeps (measured:
+    a base pretrained on varied names recalls the values' prefixes in descriptions, 2% named every value
+    against 32%, ``bench/results/learning-2026-12-03d-cpu.md``)."""
+    if not varied:
+        return f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
+    n = max(1, tool.count("_") + 1 + rng.choice((-1, 0, 0, 1)))
+    words = _VERBS + _NOUNS
+    parts = []
+    for _ in range(n):
+        if rng.random() < 0.5:
+            parts.append(rng.choice(words))
+        else:
+            parts.append("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8))))
+    return "_".join(parts)
+
+
+def _renamed(row: dict, tools: list[str], rng: random.Random, varied: bool) -> dict:
     text = "\n".join(m["content"] for m in row["messages"])
     fresh: dict[str, str] = {}
     for tool in tools:
         for attempt in range(1000):
-            name = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}" + (f"_{attempt}" if attempt >= 100 else "")
+            name = _fresh_name(tool, rng, varied) + (f"_{attempt}" if attempt >= 100 else "")
             if name not in fresh.values() and name not in tools and name not in text:
                 break
         fresh[tool] = name

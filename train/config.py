@@ -144,12 +144,13 @@ class TrainConfig:
     rename_tools: float = field(
         default=1.0,
         metadata=_help(
-            "share of the writer's training examples whose tools get fresh names in every turn (train/augment.py), "
-            "so a tool name is copied from the call, never recalled; 0 trains on the names as built"
+            "share of the writer's training examples whose tools get fresh names of varying shape in every turn "
+            "(train/augment.py), so a tool name is copied from the call up to its quote, never recalled; 0 trains "
+            "on the names as built"
         ),
     )
     rename_values: float = field(
-        default=0.5,
+        default=1.0,
         metadata=_help(
             "share of the writer's training examples whose call values (ids, names, codes) get fresh letters "
             "in every turn (train/augment.py), so a description copies them from the call; 0 keeps them as built"

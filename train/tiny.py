@@ -346,7 +346,7 @@ def build_tiny_base(
     budget = cfg.pretrain_steps * cfg.pretrain_batch_size * cfg.pretrain_seq_len
     train_blocks = _blocks(
         _documents(
-            rename_values(rename_tools(train_rows, cfg.seed, cfg.rename_tools), cfg.seed, cfg.rename_values),
+            rename_values(rename_tools(train_rows, cfg.seed, cfg.rename_tools, varied=False), cfg.seed, cfg.rename_values),
             tokenizer,
             cfg.pretrain_format,
             budget,

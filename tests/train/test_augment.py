@@ -47,6 +47,16 @@ def test_renaming_is_deterministic_and_limited_to_writer_examples():
     assert rename_tools(rows, seed=3, share=0.0) is rows
 
 
+def test_fresh_names_vary_in_shape_so_their_length_must_be_copied():
+    rows = [row(rid=f"r{i}") for i in range(40)]
+    names = [n for r in rename_tools(rows, seed=0, share=1.0) for n in tool_names(r)]
+    assert len(set(names)) > 60  # fresh per example, not one spelling per tool
+    assert {n.count("_") for n in names} >= {0, 1, 2}  # one part fewer or more than get_invoice
+    assert len({len(n) for n in names}) > 10
+    base = [n for r in rename_tools(rows, seed=0, share=1.0, varied=False) for n in tool_names(r)]
+    assert all(re.fullmatch(r"[a-z]+_[a-z]+", n) for n in base)  # what the tiny base's text keeps
+
+
 def value_row(rid="v1"):
     call1 = '{"call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "arguments": {"user_id": "U-7310"}}'
     call2 = (
