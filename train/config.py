@@ -101,8 +101,8 @@ class TinyBaseConfig:
     rename_tools: float = field(
         default=0.5,
         metadata=_help(
-            "share of the writer examples in the pretraining text whose tools get fresh names in every "
-            "turn (train/augment.py): copying a name from the call then pays, recalling one does not"
+            "share of the writer examples in the pretraining text whose tools get fresh verb_noun names in "
+            "every turn (train/augment.py): copying a name from the call then pays, recalling one does not"
         ),
     )
     rename_values: float = field(
