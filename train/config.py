@@ -98,6 +98,14 @@ class TinyBaseConfig:
             "repeats (cfb3b3f7) continues from the call, not from its own earlier pair"
         ),
     )
+    copy_global_phrase: bool = field(
+        default=False,
+        metadata=_help(
+            "the copy circuit's first global layer also matches the last copy_match_tokens tokens anywhere "
+            "in the context (a second head beside its one-token match): a phrase and the value after it "
+            "recur turns apart, beyond the window match's reach"
+        ),
+    )
     rename_tools: float = field(
         default=0.5,
         metadata=_help(

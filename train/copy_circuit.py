@@ -51,10 +51,11 @@ WINDOW_WEIGHTS = (1.0, 1.0, 0.5)
 OUTPUT_GAIN = 4.0  # final norm gain: with embeddings of std 0.02 a copied token could not win the softmax
 
 
-def init_copy_circuit(model, seed: int = 0, match_tokens: int = 2) -> list:
+def init_copy_circuit(model, seed: int = 0, match_tokens: int = 2, global_phrase: bool = False) -> list:
     """Set the circuit in a freshly initialised ``Gemma3ForCausalLM``; returns the gradient hooks
     that keep its attention patterns fixed during pretraining (``hook.remove()`` to release them).
-    ``match_tokens``: how many tokens the window match compares (2 or 3)."""
+    ``match_tokens``: how many tokens the window match compares (2 or 3). ``global_phrase``: the
+    first global layer also matches the last ``match_tokens`` tokens anywhere in the context."""
     import torch
 
     cfg = model.config
@@ -86,6 +87,8 @@ def init_copy_circuit(model, seed: int = 0, match_tokens: int = 2) -> list:
         for layer in model.model.layers[1:glob]:
             frozen += _keep_slots_clear(layer, n_tok, 1)
         frozen += _one_token_match(model.model.layers[glob].self_attn, fingerprint, slot, width)
+        if global_phrase:
+            frozen += _phrase_match(model.model.layers[glob].self_attn, fingerprint, slot, width, match_tokens)
         model.model.norm.weight.fill_(OUTPUT_GAIN - 1)
     return [_freeze(param, rows, cols) for param, rows, cols in frozen]
 
@@ -213,6 +216,43 @@ def _one_token_match(att, fingerprint, slot: dict, width: int) -> list:
     att.o_proj.weight[:, :hd] = 0.0
     att.o_proj.weight[: fingerprint.shape[1], :width] = fingerprint[:width].T
     return _attention_rows(att, hd)
+
+
+def _phrase_match(att, fingerprint, slot: dict, width: int, tokens: int) -> list:
+    """The global layer's first query head on key/value head 1: this token and the ``tokens - 1``
+    before it against the ``tokens`` before every position, on the one-token match's slow pairs
+    (nearly position-free), copying the attended token's fingerprint like that match. Where a phrase
+    recurs far apart (``open incident INC-7767`` in one turn, ``open incident `` in a later one) the
+    window cannot see the first and a one-token match of ``' '`` finds every space."""
+    import torch
+
+    hd = att.head_dim
+    n_kv = att.config.num_key_value_heads
+    if n_kv < 2:
+        raise ValueError("the global phrase match needs a second key/value head")
+    head = att.config.num_attention_heads // n_kv  # first query head served by key/value head 1
+    half = hd // 2
+    dims = [j for p in range(half // 2, half) for j in (p, p + half)]
+    n = min(len(dims), width)
+    q, k, v, o = att.q_proj.weight, att.k_proj.weight, att.v_proj.weight, att.o_proj.weight
+    q[head * hd : (head + 1) * hd] = 0.0
+    k[hd : 2 * hd] = 0.0
+    weights = WINDOW_WEIGHTS[:tokens]
+    bounds = [round(n * sum(weights[:t]) / sum(weights)) for t in range(tokens + 1)]
+    for t in range(tokens):  # query: token i - t (slot t back); key: token j - 1 - t
+        for c in range(bounds[t], bounds[t + 1]):
+            q[head * hd + dims[c], slot[t] + c] = 1.0
+            k[hd + dims[c], slot[t + 1] + c] = 1.0
+    v[hd : 2 * hd] = 0.0
+    v[hd : hd + width, slot[0] : slot[0] + width] = torch.eye(width)
+    o[:, head * hd : (head + 1) * hd] = 0.0
+    o[: fingerprint.shape[1], head * hd : head * hd + width] = fingerprint[:width].T
+    return [
+        (q, slice(head * hd, (head + 1) * hd), None),
+        (k, slice(hd, 2 * hd), None),
+        (v, slice(hd, 2 * hd), None),
+        (o, slice(None), slice(head * hd, (head + 1) * hd)),
+    ]
 
 
 def _window_match(att, slot: dict, width: int, const_dim: int, n_tok: int, tokens: int) -> list:

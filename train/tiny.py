@@ -85,6 +85,8 @@ def base_dir_name(cfg: TinyBaseConfig, digest: str) -> str:
         del tiny["rename_values"]
     if tiny["copy_match_tokens"] == 2:  # likewise
         del tiny["copy_match_tokens"]
+    if not tiny["copy_global_phrase"]:  # likewise
+        del tiny["copy_global_phrase"]
     key = json.dumps(
         {
             "tiny": tiny,
@@ -341,7 +343,9 @@ def build_tiny_base(
     if cfg.copy_circuit:
         from train.copy_circuit import init_copy_circuit
 
-        hooks = init_copy_circuit(model, seed=cfg.seed, match_tokens=cfg.copy_match_tokens)
+        hooks = init_copy_circuit(
+            model, seed=cfg.seed, match_tokens=cfg.copy_match_tokens, global_phrase=cfg.copy_global_phrase
+        )
     # one pass worth of tokens: every pretraining step sees new text while the corpus lasts
     budget = cfg.pretrain_steps * cfg.pretrain_batch_size * cfg.pretrain_seq_len
     train_blocks = _blocks(

@@ -158,3 +158,39 @@ def test_a_three_token_match_continues_an_id_past_its_repeated_pair():
     assert sum(got == want for got, want in three) >= 14  # 16 of 20 (the rest: the own pair, 3 back)
     two = [window_match_target(2, seed) for seed in range(20)]
     assert sum(got == 104 for got, _ in two) >= 18  # the old failure: the copy's own pair
+
+
+def test_the_global_phrase_match_finds_a_phrase_beyond_the_window():
+    """``open incident INC-7767`` in an early turn, ``open incident `` a thousand tokens later: the
+    phrase head attends to the value after the first phrase, where the one-token match of the space
+    (a token that is everywhere) cannot, and without the option the head is not set."""
+    gen = torch.Generator().manual_seed(1)
+    with_phrase, plain = tiny_sized_model(), tiny_sized_model()
+    init_copy_circuit(with_phrase, match_tokens=3, global_phrase=True)
+    init_copy_circuit(plain, match_tokens=3)
+    head = 2  # the first query head on key/value head 1
+    found = {"phrase": 0.0, "one_token": 0.0, "plain": 0.0}
+    for trial in range(10):
+        x = torch.randint(10, 3000, (1200,), generator=gen)
+        x[torch.rand(1200, generator=gen) < 0.15] = 5  # the space
+        a, b = (int(v) for v in torch.randint(10, 3000, (2,), generator=gen))
+        p = 100 + 20 * trial
+        x[p : p + 3] = torch.tensor([a, b, 5])
+        x[-3:] = torch.tensor([a, b, 5])
+        with torch.no_grad():
+            att = with_phrase(input_ids=x[None], output_attentions=True, use_cache=False).attentions[2][0]
+            att_plain = plain(input_ids=x[None], output_attentions=True, use_cache=False).attentions[2][0]
+        found["phrase"] += att[head, -1, p + 3].item() / 10
+        found["one_token"] += att[0, -1, p + 3].item() / 10
+        found["plain"] += att_plain[head, -1, p + 3].item() / 10
+    assert found["phrase"] > 0.6  # 0.77 here (the rest on other spaces and partial matches)
+    assert found["one_token"] < 0.05 and found["plain"] < 0.05
+
+
+def test_the_global_phrase_match_needs_a_second_key_value_head():
+    model = small_model()
+    model.config.num_key_value_heads = 1
+    with pytest.raises(ValueError, match="second key/value head"):
+        from train.copy_circuit import _phrase_match
+
+        _phrase_match(model.model.layers[2].self_attn, torch.zeros(32, 32), {0: 32, 1: 40, 2: 48, 3: 56}, 8, 3)
