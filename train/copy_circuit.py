@@ -88,7 +88,9 @@ def init_copy_circuit(model, seed: int = 0, match_tokens: int = 2, global_phrase
             frozen += _keep_slots_clear(layer, n_tok, 1)
         frozen += _one_token_match(model.model.layers[glob].self_attn, fingerprint, slot, width)
         if global_phrase:
-            frozen += _phrase_match(model.model.layers[glob].self_attn, fingerprint, slot, width, match_tokens)
+            frozen += _phrase_match(
+                model.model.layers[glob].self_attn, fingerprint, slot, width, match_tokens
+            )
         model.model.norm.weight.fill_(OUTPUT_GAIN - 1)
     return [_freeze(param, rows, cols) for param, rows, cols in frozen]
 
@@ -185,6 +187,18 @@ def _copy_value(att, hd: int) -> None:
     att.o_proj.weight[:hd, :hd] = torch.eye(hd)
 
 
+def _slow_dims(hd: int) -> list[int]:
+    """The slow half of the RoPE pairs, both dimensions of each: nearly position-free over the context."""
+    half = hd // 2
+    return [j for p in range(half // 2, half) for j in (p, p + half)]
+
+
+def _token_bounds(n: int, tokens: int) -> list[int]:
+    """Split ``n`` match components between the last ``tokens`` tokens by ``WINDOW_WEIGHTS``."""
+    weights = WINDOW_WEIGHTS[:tokens]
+    return [round(n * sum(weights[:t]) / sum(weights)) for t in range(tokens + 1)]
+
+
 def _match_rows(att, dims: list[int], query_slot: int, key_slot: int, components: list[int]) -> None:
     """Head dims ``dims`` of query head 0 / key head 0 read fingerprint ``components`` of two slots."""
     for j, c in zip(dims, components, strict=True):
@@ -201,8 +215,7 @@ def _one_token_match(att, fingerprint, slot: dict, width: int) -> list:
     import torch
 
     hd = att.head_dim
-    half = hd // 2
-    dims = [j for p in range(half // 2, half) for j in (p, p + half)]
+    dims = _slow_dims(hd)
     dims = dims[: min(len(dims), width)]
     att.q_proj.weight[:hd].zero_()
     att.k_proj.weight[:hd].zero_()
@@ -231,14 +244,11 @@ def _phrase_match(att, fingerprint, slot: dict, width: int, tokens: int) -> list
     if n_kv < 2:
         raise ValueError("the global phrase match needs a second key/value head")
     head = att.config.num_attention_heads // n_kv  # first query head served by key/value head 1
-    half = hd // 2
-    dims = [j for p in range(half // 2, half) for j in (p, p + half)]
-    n = min(len(dims), width)
+    dims = _slow_dims(hd)
     q, k, v, o = att.q_proj.weight, att.k_proj.weight, att.v_proj.weight, att.o_proj.weight
     q[head * hd : (head + 1) * hd] = 0.0
     k[hd : 2 * hd] = 0.0
-    weights = WINDOW_WEIGHTS[:tokens]
-    bounds = [round(n * sum(weights[:t]) / sum(weights)) for t in range(tokens + 1)]
+    bounds = _token_bounds(min(len(dims), width), tokens)
     for t in range(tokens):  # query: token i - t (slot t back); key: token j - 1 - t
         for c in range(bounds[t], bounds[t + 1]):
             q[head * hd + dims[c], slot[t] + c] = 1.0
@@ -270,8 +280,7 @@ def _window_match(att, slot: dict, width: int, const_dim: int, n_tok: int, token
     n = min(len(dims), width)
     att.q_proj.weight[:hd].zero_()
     att.k_proj.weight[:hd].zero_()
-    weights = WINDOW_WEIGHTS[:tokens]
-    bounds = [round(n * sum(weights[:k]) / sum(weights)) for k in range(tokens + 1)]
+    bounds = _token_bounds(n, tokens)
     for t in range(tokens):  # query: token i - t (slot t back); key: token j - 1 - t
         group = list(range(bounds[t], bounds[t + 1]))
         _match_rows(att, [dims[c] for c in group], slot[t], slot[t + 1], group)
