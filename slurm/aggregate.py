@@ -295,6 +295,7 @@ def plot_scaling(
             ax.set_xscale("log")
         ax.set_xticks(xs_all)
         ax.set_xticklabels([f"{x:g}" for x in xs_all])
+        ax.set_xticks([], minor=True)  # a log axis's minor labels (6x10^1) would overprint the budgets
         ax.set_xlabel("training examples")
         ax.set_title(metric.removeprefix("eval."), fontsize=9)
         ax.grid(alpha=0.3)
