@@ -274,8 +274,16 @@ def paired(a: Data, b: Data, metric: Metric, resamples: int, seed: int) -> dict:
         boots.append(value(a, metric, ids) - value(b, metric, ids))
     lo, hi = M._percentile_ci(np.array(boots), diff, M.DEFAULT_LEVEL)
     out["ci"] = [M._num(lo), M._num(hi)]
-    out["p_value"] = _permutation_p(a, b, metric, common, diff, resamples, rng) if set(a) == set(b) else None
+    if set(a) == set(b):
+        out["p_value"] = _permutation_p(a, b, metric, common, diff, resamples, rng)
+    else:  # records swap within a seed, so conditions with different seeds get the interval alone
+        out["p_value"] = None
+        out["p_note"] = f"seeds differ ({_seeds(a)} vs {_seeds(b)})"
     return out
+
+
+def _seeds(d: Data) -> str:
+    return ",".join(map(str, sorted(d)))
 
 
 def _permutation_p(
@@ -396,7 +404,7 @@ def markdown(res: dict) -> str:
     if res["comparisons"]:
         lines += ["| metric | a | b | matched items | only in a | only in b | a - b [95% CI] | p |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for c in res["comparisons"]:
-            p = "" if c["p_value"] is None else f"{c['p_value']:.3g}"
+            p = c.get("p_note", "") if c["p_value"] is None else f"{c['p_value']:.3g}"
             lines.append(f"| {c['metric']} | {c['a']} | {c['b']} | {c['n_matched']} | {len(c['only_a'])} | "
                          f"{len(c['only_b'])} | {_ci({'value': c['diff'], 'ci': c['ci']})} | {p} |")  # fmt: skip
         unmatched = {

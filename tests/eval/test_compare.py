@@ -142,6 +142,17 @@ def test_permutation_swaps_only_what_both_conditions_observed():
     assert res["diff"] == pytest.approx(7 / 24) and res["p_value"] == 1
 
 
+def test_conditions_with_different_seeds_get_an_interval_and_say_why_there_is_no_p():
+    """The permutation swaps an item's records within a seed: a one-seed cell against a three-seed
+    condition has no such test, and the table says so instead of leaving the p column blank."""
+    metric = next(m for m in C.METRICS if m.name == "writer.content_agreement")
+    a = {0: {"r0": 1.0, "r1": 1.0}}
+    b = {0: {"r0": 0.0, "r1": 1.0}, 1: {"r0": 0.0, "r1": 0.0}}
+    res = C.paired(a, b, metric, 100, 0)
+    assert res["p_value"] is None and res["p_note"] == "seeds differ (0 vs 0,1)"
+    assert res["diff"] > 0 and res["ci"][0] is not None
+
+
 # ---- the miniature: both sweeps, 2 cells each, sequentially ------------------------------------------
 TINY = {"max_steps": 1, "save_steps": 1, "eval_steps": "none", "eval_examples": 2, "parse_check_examples": 0,
         "max_length": 512, "num_threads": 2, "attn_implementation": "sdpa", "tiny_vocab_size": 512,
