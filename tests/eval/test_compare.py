@@ -48,19 +48,19 @@ def _write_run(d: Path, kind: str, items: list[dict]) -> None:
     (d / "items.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
 
 
-def _fake_sweep(root: Path, conditions: dict[str, float], ids: dict[str, list[str]]) -> Path:
-    """A sweep directory with one writer cell per (data preset, seed 0/1) and its two evaluations."""
+def _fake_sweep(root: Path, conditions: dict[str, float], ids: dict[str, list[str]], role: str = "writer") -> Path:
+    """A sweep directory with one cell of ``role`` per (data preset, seed 0/1) and its two evaluations."""
     tasks = []
     for data, agreement in conditions.items():
         for seed in (0, 1):
-            name = f"writer-{data}-e8-s{seed}"
+            name = f"{role}-{data}-e8-s{seed}"
             ev = root / "tasks" / name / "eval"
             sab = [_sab_item(r, agreement, ["softened"] if k % 2 else [], 1.0 * k, k % 2 == 1)
                    for k, r in enumerate(ids[data])]  # fmt: skip
             _write_run(ev / "sabotage", "sabotage", sab)
             _write_run(ev / "policy_reuse", "policy_reuse", [_pol_item("c1", True, False, []), _pol_item("c2", data == "default", True, ["broadening"])])  # fmt: skip
-            tasks.append({"task_id": len(tasks), "name": name, "role": "writer", "eval_dir": str(ev),
-                          "params": {"role": "writer", "data": data, "examples": 8, "seed": seed},
+            tasks.append({"task_id": len(tasks), "name": name, "role": role, "eval_dir": str(ev),
+                          "params": {"role": role, "data": data, "examples": 8, "seed": seed},
                           "eval_command": f"python eval/sabotage.py --out {ev}/sabotage && python eval/policy_reuse.py --out {ev}/policy_reuse"})  # fmt: skip
     (root / "sweep.json").write_text(json.dumps({"name": "fake", "tasks": tasks}))
     return root
@@ -98,6 +98,16 @@ def test_table_intervals_and_paired_items_with_unmatched_reported(tmp_path):
     assert parse_pair["diff"] == pytest.approx(-0.5) and 0.15 < parse_pair["p_value"] < 0.35
     md = C.markdown(res)
     assert "| writer.content_agreement |" in md and "Unmatched items" in md and "r5" in md
+
+
+def test_reader_cells_report_their_decisions_not_the_reference_writers_memory_errors(tmp_path):
+    """A reader cell executes the reference writer's memory: its allow rates are the reader's own,
+    that memory's errors are the writer's (the same in every reader cell), so they are not reported."""
+    sweep = _fake_sweep(tmp_path / "sw", {"default": 0.8}, {"default": ["r1", "r2", "r3", "r4"]}, role="reader")
+    metrics = C.compare([sweep], resamples=50)["conditions"]["role=reader data=default examples=8"]["metrics"]
+    assert metrics["memory.unauthorized_submission"]["value"] == pytest.approx(0.5)
+    assert metrics["reader.auroc"]["value"] == pytest.approx(0.75)  # scores 1 and 3 against 0 and 2
+    assert not [m for m in metrics if m.startswith(("memory.errors.", "writer."))]
 
 
 def test_missing_evaluation_is_listed_not_dropped(tmp_path):
