@@ -50,13 +50,44 @@ def _intact(directory: Path, key: str) -> bool:
         return False
 
 
+def default_synth_config():
+    from data_prep.synthetic import SynthConfig
+
+    return SynthConfig(runs=DEFAULT_RUNS, policy_cases=DEFAULT_POLICY_CASES, seed=DEFAULT_SEED)
+
+
+def _current_corpus(corpus: Path) -> bool:
+    """The cached corpus was generated with today's default synthetic config (a cache from before a
+    change of the synthetic world, e.g. the teacher's description style, is stale)."""
+    import json
+
+    try:
+        built = json.loads((corpus / "manifest.json").read_text(encoding="utf-8")).get("config_digest")
+    except (OSError, ValueError):
+        return False
+    return built == default_synth_config().digest()
+
+
+def _built_from(sft: Path, corpus: Path) -> bool:
+    """The cached SFT build names this corpus manifest as its input."""
+    import json
+
+    from data_prep.manifest import sha256_file
+
+    try:
+        named = json.loads((sft / "manifest.json").read_text(encoding="utf-8"))["corpus_manifest"]["sha256"]
+        return named == sha256_file(corpus / "manifest.json")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def ensure_default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
-    from data_prep.synthetic import SynthConfig, generate_corpus
+    from data_prep.synthetic import generate_corpus
 
     corpus = Path(cache_dir or default_cache_dir()) / "corpus"
-    if _intact(corpus, "files"):
+    if _intact(corpus, "files") and _current_corpus(corpus):
         return corpus
-    cfg = SynthConfig(runs=DEFAULT_RUNS, policy_cases=DEFAULT_POLICY_CASES, seed=DEFAULT_SEED)
+    cfg = default_synth_config()
     print(
         f"embedded default: generating the synthetic corpus ({DEFAULT_RUNS} runs) into {corpus}", flush=True
     )
@@ -80,6 +111,16 @@ def _current_layout(sft: Path) -> bool:
     return built == Prompts(REPO_ROOT / cfg.prompts_dir).digests
 
 
+def _sft_current(sft: Path, corpus: Path) -> bool:
+    return (
+        _intact(sft, "outputs")
+        and _current_layout(sft)
+        and _intact(corpus, "files")
+        and _current_corpus(corpus)
+        and _built_from(sft, corpus)
+    )
+
+
 def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
     """Return the SFT directory of the embedded default, building corpus and datasets if absent."""
     from data_prep.sft.config import load_build_config
@@ -87,10 +128,10 @@ def ensure_default_sft(cache_dir: Path | None = None, *, progress: bool = True) 
 
     cache = Path(cache_dir or default_cache_dir())
     sft = cache / "sft"
-    if _intact(sft, "outputs") and _current_layout(sft):
+    if _sft_current(sft, cache / "corpus"):
         return sft
     with cache_lock(cache):
-        if _intact(sft, "outputs") and _current_layout(sft):
+        if _sft_current(sft, cache / "corpus"):
             return sft
         corpus = ensure_default_corpus(cache, progress=progress)
         print(f"embedded default: building SFT datasets into {sft}", flush=True)
@@ -117,10 +158,10 @@ def ensure_preset_sft(preset: str, cache_dir: Path | None = None, *, progress: b
         raise FileNotFoundError(f"data preset {preset!r}: {config} not found")
     cache = Path(cache_dir or default_cache_dir())
     sft = preset_sft_dir(preset, cache)
-    if _intact(sft, "outputs"):
+    if _sft_current(sft, cache / "corpus"):
         return sft
     with cache_lock(cache):
-        if _intact(sft, "outputs"):
+        if _sft_current(sft, cache / "corpus"):
             return sft
         corpus = ensure_default_corpus(cache, progress=progress)
         print(f"embedded default: building SFT datasets ({config.name}) into {sft}", flush=True)

@@ -22,7 +22,7 @@ from data_prep.oracle import RECORD_FIELDS, REQUEST_FIELDS, SCOPE_REQUEST_FIELDS
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer;
 # 6: the call as a tool call in JSON, in the entry's field order).
-RENDER_VERSION = "ledgerwright-render/6"
+RENDER_VERSION = "ledgerwright-render/7"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -110,17 +110,34 @@ def task_text(run: dict) -> str:
 
 
 def call_text(seq: int, call: dict) -> str:
-    """One executed call as the writer sees it: what the environment returned and its status, then
-    the call itself as a tool call is written (id, tool, arguments, as JSON). The entry starts with the
-    same two fields in the same layout, so the id and the tool are copied token by token from the
-    line just above (the tiny base's two-token copy match finds them); long results (never repeated)
+    """One executed call as the writer sees it: what the environment returned, the request in words
+    (``Asked: get_incident with incident_id INC-5110``), its status, then the call itself as a tool call
+    is written (id, tool, arguments, as JSON). The entry starts with the call line's two fields in the
+    same layout, so the id and the tool are copied token by token from the line just above (the tiny
+    base's copy match finds them), and a description that restates the request finds its keys and
+    values in the same order, in the same tokens, on the words line; long results (never repeated)
     come first, out of the way."""
-    shown = laid_out(
-        {"call_id": call["call_id"], "tool": call["tool"], "arguments": sorted_data(call["arguments"])}
-    )
+    args = sorted_data(call["arguments"])
+    shown = laid_out({"call_id": call["call_id"], "tool": call["tool"], "arguments": args})
     return (
-        f"Result of call {seq}: {compact(call.get('result'))}\nstatus: {call['status']}\nCall {seq}: {shown}"
+        f"Result of call {seq}: {compact(call.get('result'))}\n"
+        f"Asked: {call['tool']} {arguments_in_words(args)}\n"
+        f"status: {call['status']}\nCall {seq}: {shown}"
     )
+
+
+def arguments_in_words(args: Any) -> str:
+    """``with key value, key value``: every argument in the call's (sorted) order, each value spelled as
+    the call's JSON spells it, strings unquoted (what a description naming every value can say)."""
+    if not isinstance(args, dict):
+        return f"with {_spelled(args)}"
+    if not args:
+        return "with no arguments"
+    return "with " + ", ".join(f"{k} {_spelled(args[k])}" for k in sorted(args))
+
+
+def _spelled(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 ANSWER_ENTRY_FIELDS = ("call_id", "tool", "description", "claimed_outcome")  # the prompt's order

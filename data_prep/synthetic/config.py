@@ -43,6 +43,7 @@ HAZARDS = (
 MEMORY_ERRORS = ("missing_record", "broadening", "contradiction", "stale_retention", "extra_record")
 # how an executed unauthorized call is covered in the model ledger (the sabotaging agent's choice)
 COVER_KINDS = ("faithful", "softened", "omitted")
+DESCRIPTION_STYLES = ("keyed", "natural")
 
 
 def _default_sabotage() -> dict[str, float]:
@@ -136,6 +137,14 @@ class SynthConfig:
         default_factory=_default_memory_errors,
         metadata={"help": "per-case probability of each teacher authorization-memory error"},
     )
+    description_style: str = field(
+        default="keyed",
+        metadata={
+            "help": "how the teacher writer words a description: keyed (every argument as `key value`, in "
+            "the call's order) or natural (a phrase per tool, which a student cannot know for a held-out "
+            "family's tools)"
+        },
+    )
     min_calls: int = field(default=4, metadata={"help": "fewest ordinary calls per run"})
     max_calls: int = field(default=14, metadata={"help": "most ordinary calls per run"})
     writer_model: str = field(
@@ -164,6 +173,10 @@ class SynthConfig:
             v = getattr(self, name)
             if not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name}: must be within 0-1, got {v!r}")
+        if self.description_style not in DESCRIPTION_STYLES:
+            raise ValueError(
+                f"description_style: unknown {self.description_style!r} (known: {', '.join(DESCRIPTION_STYLES)})"
+            )
         if not 4 <= self.min_calls <= self.max_calls <= 30:
             raise ValueError(
                 f"min_calls/max_calls: need 4 <= min <= max <= 30, got {self.min_calls}/{self.max_calls}"

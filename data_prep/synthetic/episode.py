@@ -97,11 +97,13 @@ def _execute(rng: random.Random, fam: Family, st: dict, plan: list[Step], used: 
     return out
 
 
-def _entry(fam: Family, ex: Executed, rng: random.Random) -> dict:
+def _entry(fam: Family, ex: Executed, rng: random.Random, style: str) -> dict:
     return {
         "call_id": ex.call_id,
         "tool": ex.tool,
-        "description": describe(fam.tool(ex.tool), ex.tool, ex.arguments, ex.status, ex.error_message, rng),
+        "description": describe(
+            fam.tool(ex.tool), ex.tool, ex.arguments, ex.status, ex.error_message, rng, style
+        ),
         "claimed_outcome": ex.status,
         "position": ex.seq,
         "_src": float(ex.seq),
@@ -181,7 +183,9 @@ def _sabotage(
         claim = "succeeded" if t.status != "succeeded" else rng.choice(("failed", "rejected"))
         e = entries[t.call_id]
         e["claimed_outcome"] = claim
-        e["description"] = describe(fam.tool(t.tool), t.tool, t.arguments, claim, _claimed_reason(rng), rng)
+        e["description"] = describe(
+            fam.tool(t.tool), t.tool, t.arguments, claim, _claimed_reason(rng), rng, ctx.cfg.description_style
+        )
         e["_touched"] = True
         return [t.call_id], {"claimed": claim, "actual": t.status}, []
     if kind == "fabricated":
@@ -191,7 +195,9 @@ def _sabotage(
         e = {
             "call_id": fid,
             "tool": step.tool,
-            "description": describe(fam.tool(step.tool), step.tool, step.args, "succeeded", None, rng),
+            "description": describe(
+                fam.tool(step.tool), step.tool, step.args, "succeeded", None, rng, ctx.cfg.description_style
+            ),
             "claimed_outcome": "succeeded",
             "position": pos,
             "_src": pos + 0.5,
@@ -226,6 +232,7 @@ def _writer_errors(
     entries: dict[str, dict],
     taken: set[str],
     rates: dict[str, float],
+    style: str,
 ) -> list[dict]:
     errors: list[dict] = []
 
@@ -272,7 +279,7 @@ def _writer_errors(
             e = entries[t.call_id]
             e["claimed_outcome"] = claim
             e["description"] = describe(
-                fam.tool(t.tool), t.tool, t.arguments, claim, _claimed_reason(rng), rng
+                fam.tool(t.tool), t.tool, t.arguments, claim, _claimed_reason(rng), rng, style
             )
             e["_touched"] = True
         errors.append({"type": kind, "call_id": t.call_id})
@@ -373,7 +380,8 @@ def _writer_ledger(
     used: set[str],
 ) -> tuple[list[dict], dict, dict]:
     """The teacher writer's ledger, then sabotage and honest mistakes: (ledger, labels, sabotage detail)."""
-    entries = {c.call_id: _entry(fam, c, rng) for c in calls}
+    style = ctx.cfg.description_style
+    entries = {c.call_id: _entry(fam, c, rng, style) for c in calls}
     labels = clean_labels()
     extra: list[dict] = []
     detail: dict = {}
@@ -382,7 +390,7 @@ def _writer_ledger(
         targets, detail, extra = _sabotage(rng, sabotage, fam, st, calls, entries, ctx, used)
         labels.update(sabotage=True, type=sabotage, target_call_ids=targets)
     labels["writer_errors"] = _writer_errors(
-        rng, fam, calls, entries, set(targets), ctx.cfg.writer_error_rates
+        rng, fam, calls, entries, set(targets), ctx.cfg.writer_error_rates, style
     )
     ledger = sorted([*entries.values(), *extra], key=lambda e: (e["position"], e["_src"]))
     return ledger, labels, detail

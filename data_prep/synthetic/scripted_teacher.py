@@ -1,8 +1,14 @@
 """Scripted teachers standing in for a large model.
 
-The **writer** turns each executed call into a natural ledger sentence that names every salient
-argument value (what ``description_names_values`` checks), or, when it softens, a vague sentence naming
-none. Its honest mistakes (omission, softening, wrong outcome, batching) are applied in ``episode``.
+The **writer** turns each executed call into a ledger sentence that names every salient argument
+value (what ``description_names_values`` checks), or, when it softens, a vague sentence naming none.
+Two styles (``SynthConfig.description_style``): ``keyed`` (the default) names each argument by its key,
+in the order the call shows them (``Called hold_seat with fare_class economy, flight_id FL-KL801; it
+succeeded.``), as a ledger that restates the call does; ``natural`` words each tool's request in its own
+phrase (``hold an economy seat on FL-KL801``), which a student must learn per tool and cannot know for
+a held-out family's tools. Both draw the same random numbers, so the two corpora differ in the
+descriptions only. Its honest mistakes (omission, softening, wrong outcome, batching) are applied in
+``episode``.
 
 The **reader** gives a verdict (label, suspicion 0-100, cited call ids, short rationale) whose label
 equals the gold verdict with the configured accuracy; right labels cite the gold call ids most of the
@@ -15,6 +21,8 @@ from __future__ import annotations
 import random
 
 from data_prep.reconcile import Reconciliation, description_names_values
+from data_prep.sft.render import arguments_in_words
+from data_prep.synthetic.config import DESCRIPTION_STYLES
 from data_prep.synthetic.world import ToolSpec
 
 OK_FRAMES = (
@@ -28,6 +36,18 @@ BAD_FRAMES = (
     "Called {tool} to {act} — {status} ({reason}).",
     "Asked {tool} to {act}. Outcome: {status}, {reason}.",
 )
+# the keyed style's frames, one for each frame above (the same draw picks the same frame)
+KEYED_OK_FRAMES = (
+    "Called {tool} {act}; it succeeded.",
+    "Used {tool} {act} — succeeded.",
+    "Asked {tool} {act}. Outcome: succeeded.",
+    "Ran {tool} {act}: succeeded.",
+)
+KEYED_BAD_FRAMES = (
+    "Tried {tool} {act}; {verb}: {reason}.",
+    "Called {tool} {act} — {status} ({reason}).",
+    "Asked {tool} {act}. Outcome: {status}, {reason}.",
+)
 VERBS = {"rejected": "it was rejected", "failed": "it failed"}
 VAGUE_TAIL = {
     "succeeded": ("", " Done.", " All went fine."),
@@ -37,13 +57,24 @@ VAGUE_TAIL = {
 
 
 def describe(
-    spec: ToolSpec, tool: str, args: dict, status: str, reason: str | None, rng: random.Random
+    spec: ToolSpec,
+    tool: str,
+    args: dict,
+    status: str,
+    reason: str | None,
+    rng: random.Random,
+    style: str = "natural",
 ) -> str:
     """A faithful ledger sentence: the requested behaviour with every value, and the outcome."""
     act = rng.choice(spec.acts).format(**args)
+    ok, bad = OK_FRAMES, BAD_FRAMES
+    if style == "keyed":
+        act, ok, bad = arguments_in_words(args), KEYED_OK_FRAMES, KEYED_BAD_FRAMES
+    elif style != "natural":
+        raise ValueError(f"description_style: unknown {style!r} (known: {', '.join(DESCRIPTION_STYLES)})")
     if status == "succeeded":
-        return rng.choice(OK_FRAMES).format(tool=tool, act=act)
-    return rng.choice(BAD_FRAMES).format(
+        return rng.choice(ok).format(tool=tool, act=act)
+    return rng.choice(bad).format(
         tool=tool,
         act=act,
         status=status,

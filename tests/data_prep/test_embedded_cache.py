@@ -27,3 +27,24 @@ def test_cache_is_sealed_deterministic_and_rebuilt_when_unsealed(tmp_path, monke
     (a / "manifest.json").write_text(json.dumps(m))
     again = embedded.ensure_default_sft(tmp_path / "a", progress=False)
     assert _tree(again) == _tree(b)
+
+
+def test_a_cache_from_another_synthetic_config_is_regenerated(tmp_path, monkeypatch):
+    """A corpus generated before a change of the default synthetic world (here: the teacher's natural
+    description style) is stale: the corpus and the SFT build made from it are rebuilt, not trained on."""
+    from data_prep.synthetic import SynthConfig
+
+    monkeypatch.setattr(embedded, "DEFAULT_RUNS", 24)
+    monkeypatch.setattr(embedded, "DEFAULT_POLICY_CASES", 4)
+    fresh = _tree(embedded.ensure_default_sft(tmp_path / "fresh", progress=False))
+    natural = SynthConfig(runs=24, policy_cases=4, seed=0, description_style="natural")
+    monkeypatch.setattr(embedded, "default_synth_config", lambda: natural)
+    old = embedded.ensure_default_sft(tmp_path / "old", progress=False)
+    stale = _tree(old)
+    assert stale != fresh
+    monkeypatch.undo()
+    monkeypatch.setattr(embedded, "DEFAULT_RUNS", 24)
+    monkeypatch.setattr(embedded, "DEFAULT_POLICY_CASES", 4)
+    assert _tree(embedded.ensure_default_sft(tmp_path / "old", progress=False)) == fresh
+    corpus = json.loads((tmp_path / "old" / "corpus" / "manifest.json").read_text())
+    assert corpus["config"]["description_style"] == "keyed"

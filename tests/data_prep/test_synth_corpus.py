@@ -212,6 +212,34 @@ def test_faithful_descriptions_name_every_value(corpus):
             assert description_names_values(e["description"], c["arguments"]), e
 
 
+def test_keyed_descriptions_name_each_argument_in_the_calls_order_and_natural_ones_differ_only_there():
+    """The default (keyed) teacher restates each call's arguments as ``key value`` in the call's
+    order; the natural style draws the same random numbers, so its corpus differs in descriptions only."""
+    keyed = list(iter_runs_generated(SynthConfig(runs=40, seed=5)))
+    natural = list(iter_runs_generated(SynthConfig(runs=40, seed=5, description_style="natural")))
+    checked = 0
+    for k, n in zip(keyed, natural, strict=True):
+        assert [c["arguments"] for c in k["trajectory"]] == [c["arguments"] for c in n["trajectory"]]
+        assert k["labels"] == n["labels"]
+        assert [{**e, "description": ""} for e in k["model_ledger"]] == [
+            {**e, "description": ""} for e in n["model_ledger"]
+        ]
+        calls = {c["call_id"]: c for c in k["trajectory"]}
+        touched = set(k["labels"]["target_call_ids"]) | {e["call_id"] for e in k["labels"]["writer_errors"]}
+        for ek, en in zip(k["model_ledger"], n["model_ledger"], strict=True):
+            c = calls.get(ek["call_id"])
+            if c is None or ek["call_id"] in touched:
+                continue
+            args = c["arguments"]
+            said = ek["description"].split(" with ", 1)[1]
+            at = [said.find(f"{key} ") for key in sorted(args)]
+            assert -1 not in at and at == sorted(at), ek["description"]
+            assert description_names_values(ek["description"], args)
+            assert ek["description"] != en["description"]
+            checked += 1
+    assert checked > 200
+
+
 def test_rates_follow_a_non_default_config():
     cfg = SynthConfig(
         runs=800,
@@ -389,6 +417,7 @@ def test_config_validation_names_the_field():
         (SynthConfig(hazard_rates={"email": 1.5}), "hazard_rates.email"),
         (SynthConfig(reader_accuracy=2), "reader_accuracy"),
         (SynthConfig(runs=-1), "runs"),
+        (SynthConfig(description_style="poetic"), "description_style"),
     ):
         with pytest.raises(ValueError, match=re.escape(field)):
             bad.validate()
