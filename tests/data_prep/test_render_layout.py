@@ -64,3 +64,22 @@ def test_tool_data_renders_the_same_whatever_its_key_order():
         )
     )
     assert laid_out({"b": 1, "a": 2}) == '{"b": 1, "a": 2}'
+    # the request in words, in the order and spelling of the JSON, before the status line
+    assert '\nAsked: t with a {"x": 3, "y": 2}, b 1\nstatus: succeeded\n' in call_text(2, a)
+
+
+def test_the_request_in_words_is_what_a_keyed_teacher_description_restates():
+    """A keyed teacher description of a call holds the call view's words line verbatim, so a student can
+    copy the keys and values in order from one line of its prompt."""
+    import random
+
+    from data_prep.synthetic.families import FAMILY_REGISTRY
+    from data_prep.synthetic.scripted_teacher import describe
+
+    spec = FAMILY_REGISTRY["travel-rebooking"].tool("rebook")
+    args = {p.name: (p.enum[0] if p.enum else {"string": "BK-9", "number": 12.5}.get(p.type, 3)) for p in spec.params}
+    call = {"call_id": "call_1", "tool": "rebook", "arguments": args, "status": "succeeded", "result": {}}
+    words = call_text(1, call).split("\nAsked: ", 1)[1].split("\n", 1)[0]
+    for status in ("succeeded", "failed"):
+        said = describe(spec, "rebook", args, status, "no seat", random.Random(0), "keyed")
+        assert words in said and said.index("rebook") < said.index(words.split(" with ", 1)[1])
