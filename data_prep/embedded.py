@@ -57,15 +57,21 @@ def default_synth_config():
 
 
 def _current_corpus(corpus: Path) -> bool:
-    """The cached corpus was generated with today's default synthetic config (a cache from before a
-    change of the synthetic world, e.g. the teacher's description style, is stale)."""
+    """False only for a corpus that older code generated as the embedded default: its recorded config
+    lacks a field today's config has (e.g. the teacher's description style) and agrees with today's
+    default on every field it has. A corpus generated with another config (a user's, a test's) is kept
+    as it is: the cache never overwrites data it did not make."""
     import json
 
     try:
-        built = json.loads((corpus / "manifest.json").read_text(encoding="utf-8")).get("config_digest")
-    except (OSError, ValueError):
+        built = json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError):
         return False
-    return built == default_synth_config().digest()
+    today = default_synth_config().resolved()
+    if not isinstance(built, dict) or built == today:
+        return isinstance(built, dict)
+    older_code = set(built) < set(today)
+    return not (older_code and all(built[k] == today[k] for k in built))
 
 
 def _built_from(sft: Path, corpus: Path) -> bool:

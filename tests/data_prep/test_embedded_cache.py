@@ -29,22 +29,47 @@ def test_cache_is_sealed_deterministic_and_rebuilt_when_unsealed(tmp_path, monke
     assert _tree(again) == _tree(b)
 
 
-def test_a_cache_from_another_synthetic_config_is_regenerated(tmp_path, monkeypatch):
-    """A corpus generated before a change of the default synthetic world (here: the teacher's natural
-    description style) is stale: the corpus and the SFT build made from it are rebuilt, not trained on."""
+def _older_code_default(tmp_path, monkeypatch, name):
+    """A cache as the code before the description style made it: natural descriptions, and a corpus
+    manifest whose config has no ``description_style`` field."""
     from data_prep.synthetic import SynthConfig
 
+    natural = SynthConfig(runs=24, policy_cases=4, seed=0, description_style="natural")
+    with monkeypatch.context() as m:
+        m.setattr(embedded, "default_synth_config", lambda: natural)
+        embedded.ensure_default_sft(tmp_path / name, progress=False)
+    path = tmp_path / name / "corpus" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["config"]["description_style"]
+    path.write_text(json.dumps(manifest))
+    return tmp_path / name
+
+
+def test_a_default_cache_from_older_code_is_regenerated(tmp_path, monkeypatch):
+    """A corpus that older code generated as the embedded default (before the keyed description style)
+    is stale: the corpus and the SFT build made from it are rebuilt, not trained on."""
     monkeypatch.setattr(embedded, "DEFAULT_RUNS", 24)
     monkeypatch.setattr(embedded, "DEFAULT_POLICY_CASES", 4)
     fresh = _tree(embedded.ensure_default_sft(tmp_path / "fresh", progress=False))
-    natural = SynthConfig(runs=24, policy_cases=4, seed=0, description_style="natural")
-    monkeypatch.setattr(embedded, "default_synth_config", lambda: natural)
-    old = embedded.ensure_default_sft(tmp_path / "old", progress=False)
-    stale = _tree(old)
-    assert stale != fresh
-    monkeypatch.undo()
+    old = _older_code_default(tmp_path, monkeypatch, "old")
+    assert _tree(old / "sft") != fresh
+    assert _tree(embedded.ensure_default_sft(old, progress=False)) == fresh
+    corpus = json.loads((old / "corpus" / "manifest.json").read_text())
+    assert corpus["config"]["description_style"] == "keyed"
+
+
+def test_a_corpus_generated_with_another_config_is_kept(tmp_path, monkeypatch):
+    """A corpus the user (or a test) generated into the cache with its own config is theirs: the
+    embedded default trains on it as it is instead of overwriting it with the default world."""
+    from data_prep.synthetic import SynthConfig, generate_corpus
+
     monkeypatch.setattr(embedded, "DEFAULT_RUNS", 24)
     monkeypatch.setattr(embedded, "DEFAULT_POLICY_CASES", 4)
-    assert _tree(embedded.ensure_default_sft(tmp_path / "old", progress=False)) == fresh
-    corpus = json.loads((tmp_path / "old" / "corpus" / "manifest.json").read_text())
-    assert corpus["config"]["description_style"] == "keyed"
+    corpus = tmp_path / "own" / "corpus"
+    generate_corpus(SynthConfig(runs=12, policy_cases=4, seed=3), corpus, progress=False)
+    before = _tree(corpus)
+    embedded.ensure_default_sft(tmp_path / "own", progress=False)
+    assert _tree(corpus) == before
+    sft = json.loads((tmp_path / "own" / "sft" / "manifest.json").read_text())
+    action = sft["counts"]["writer_action"]
+    assert action["kept"]["total"] + action["filtered"]["total"] > 0
