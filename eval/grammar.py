@@ -6,7 +6,9 @@ xgrammar compiles the task's JSON schema (``configs/eval/answer_schemas/<task>.j
 prompt's order) against the checkpoint's tokenizer. The evaluations report it as its own row beside free
 decoding (``constrained_writer``): what the model knows once a format error is impossible, never in
 place of what it writes by itself. The schemas fix the layout only (fields, their order, the enums the
-prompt names); no value of an answer is constrained beyond its type and length. Under a grammar the
+prompt names) and, for a memory, the record types the oracle applies (its effects and statuses, ISO
+8601 times, a non-negative amount, procurement or scope records), so that a constrained memory is one
+``check_memory`` accepts; no value of an answer is constrained beyond its type and length. Under a grammar the
 answer guard ends a looping or overlong string *field* (``field_closer``, ``Constraint.mask(wants=)``:
 the next token must close it) instead of the whole answer, which free decoding could only leave open,
 and near the token budget finishes the object so that it closes within it.

@@ -605,7 +605,8 @@ def summarize(items: list[dict], cfg: PolicyConfig, executor_name: str, source: 
             "Invalid memories (no usable answer after one repair) are executed as empty memories and their "
             "memory errors are unscored, never counted as exact.",
             "constrained_writer is the same writer decoding under its answer schema "
-            "(configs/eval/answer_schemas/writer_memory.json: the record fields and their order).",
+            "(configs/eval/answer_schemas/writer_memory.json: the record fields and their order, the "
+            "oracle's effects and statuses, ISO 8601 times and non-negative amounts).",
             "In-scope means the oracle decides execute_requested for the request at its action time.",
             "Per memory hazard and per target dimension (the case's analysis metadata): a case with several "
             "is counted under each, one without any under (none); memory errors are the share of scored cases "

@@ -78,6 +78,9 @@ def parse_memory(text: str) -> list[dict] | ParseFailure:
     if obj is None:
         return ParseFailure(text, "no JSON object")
     records = obj.get("records")
+    if "records" not in obj and '"records"' in text:
+        # the first object that decodes is one record inside it: the answer's own object never closed
+        return ParseFailure(text, "unfinished answer: the records object never closes")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         return ParseFailure(text, "records is not a list of objects")
     return records

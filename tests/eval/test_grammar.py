@@ -68,12 +68,48 @@ def test_random_logits_under_the_grammar_give_an_answer_that_parses(tokenizer, g
         assert list(obj) == list(load_schema(task)["properties"])
 
 
-def test_a_constrained_memory_is_a_list_of_records_in_the_prompt_order(tokenizer, grammars):
-    text = constrained_random_answer(tokenizer, grammars, "writer_memory", 0, max_tokens=6000)
-    records = parse_memory(text)
-    assert isinstance(records, list), text
-    order = list(load_schema("writer_memory")["properties"]["records"]["items"]["properties"])
-    assert all(list(r) == order for r in records)
+def test_a_constrained_memory_is_usable_records_in_the_prompt_order(tokenizer, grammars):
+    """Whatever the logits, a constrained memory is records that the rules executor can apply: the
+    oracle's effects and statuses and ISO 8601 times (check_memory finds nothing), each record in its
+    kind's field order, procurement or scope."""
+    from data_prep.oracle import RECORD_FIELDS, SCOPE_RECORD_FIELDS
+    from eval.memory_score import check_memory
+
+    kinds = set()
+    for seed in range(4):
+        text = constrained_random_answer(tokenizer, grammars, "writer_memory", seed, max_tokens=6000)
+        records = parse_memory(text)
+        assert isinstance(records, list), text
+        assert check_memory(records) == [], text
+        assert all(tuple(r) in (RECORD_FIELDS, SCOPE_RECORD_FIELDS) for r in records), text
+        assert all(list(r["scope"]) == sorted(r["scope"]) for r in records if "scope" in r)
+        kinds |= {"scope" in r for r in records}
+    assert kinds == {True, False}
+
+
+def test_the_memory_grammar_rejects_what_check_memory_rejects(tokenizer, grammars):
+    """The grammar and check_memory agree on the record types: an unknown status, an effect outside the
+    oracle's, and a time that is not ISO 8601 cannot be written; the gold layout can."""
+    good = {
+        "authorization_ref": "AUTH-1", "issuer": "cfo", "grantee": "ana", "effect": "allow", "action": "buy",
+        "vendor": "v", "allowed_categories": ["a"], "max_amount": 5, "currency": "EUR",
+        "valid_from": "2026-07-05T16:58:00Z", "valid_until": "2026-08-31T04:00:00+02:00", "status": "active",
+        "source_turn_refs": ["B1-T03"],
+    }  # fmt: skip
+
+    def accepted(record) -> bool:
+        from eval.grammar import SEPARATORS
+
+        (c,) = grammars.constraints("writer_memory", 1)
+        text = json.dumps({"records": [record]}, separators=SEPARATORS)
+        return all(c.matcher.accept_string(ch) for ch in text) and c.matcher.is_terminated() is False
+
+    assert accepted(good) and accepted({**good, "max_amount": 1250.5})
+    for field, value in [
+        ("status", "pending"), ("effect", "maybe"), ("valid_until", "next Friday"),
+        ("valid_from", "2026-02-30T10:00:00Z"), ("valid_from", "2026-07-05 16:58"), ("max_amount", -5),
+    ]:  # fmt: skip
+        assert not accepted({**good, field: value}), (field, value)
 
 
 def test_free_random_logits_do_not_parse(tokenizer):
