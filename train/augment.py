@@ -182,3 +182,101 @@ def _word(pattern: str) -> re.Pattern:
     """``pattern`` (an escaped value, or an alternation of them) as a whole word: no letter or digit
     right before or after it."""
     return re.compile(rf"(?<![A-Za-z0-9]){pattern}(?![A-Za-z0-9])")
+
+
+# ---- authorization memory ------------------------------------------------------------------------------
+MEMORY_TASKS = ("writer_memory",)
+_MEMORY_VALUE_FIELDS = ("issuer", "grantee", "action", "vendor", "allowed_categories", "scope")
+
+
+def _letter_runs(text: str) -> set[str]:
+    return {w.lower() for w in _LETTERS.findall(text)}
+
+
+def _answer_records(row: dict) -> list[dict]:
+    answer = next((m["content"] for m in reversed(row["messages"]) if m["role"] == "assistant"), "")
+    try:
+        records = json.loads(answer).get("records", [])
+    except (ValueError, AttributeError):
+        return []
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def _strings_in(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings_in(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings_in(v)]
+    return []
+
+
+def shared_words(rows: list[dict]) -> frozenset[str]:
+    """Words (letter runs, lower case) that the histories of at least two families use: the templates'
+    words (``Authorization``, ``until``, ``revoked``) and what families share (people's names), which
+    a respelling must leave alone so that every cue keeps its meaning."""
+    by_word: dict[str, set[str]] = {}
+    for row in rows:
+        if row["task"] in MEMORY_TASKS:
+            text = "\n".join(m["content"] for m in row["messages"] if m["role"] == "user")
+            for w in _letter_runs(text):
+                by_word.setdefault(w, set()).add(str(row.get("family")))
+    return frozenset(w for w, fams in by_word.items() if len(fams) >= 2)
+
+
+def memory_words(row: dict, keep: frozenset[str]) -> list[str]:
+    """The words of a memory answer's values (issuer, grantee, action, vendor, categories, scope) that
+    only this family uses, in order of appearance: the ones a student could recall instead of copying."""
+    system = _letter_runs("\n".join(m["content"] for m in row["messages"] if m["role"] == "system"))
+    seen: dict[str, None] = {}
+    for record in _answer_records(row):
+        for key in _MEMORY_VALUE_FIELDS:
+            for s in _strings_in(record.get(key)):
+                for w in _LETTERS.findall(s):
+                    if len(w) > 1 and w.lower() not in keep and w.lower() not in system:
+                        seen.setdefault(w.lower(), None)
+    return list(seen)
+
+
+def rename_memory(rows: list[dict], seed: int, share: float) -> list[dict]:
+    """``rows`` with the family words of a ``share`` of the memory examples respelled in the history and
+    the answer alike (``vendor-onboarding`` -> ``qirsam-onboarding`` wherever the word stands, whatever
+    its case), a deterministic choice per example and seed. A student trained on the built spellings
+    writes a training family's issuer, action and vendor for a held-out history (measured: records of
+    ``security_director``, ``grant_access``, ``ci-pipeline`` for vendor-onboarding cases); respelled,
+    they can only be copied from the history. Template words and names that families share are kept
+    (``shared_words``), and so are the system prompt's words, so the layout and the cues never change."""
+    if share <= 0:
+        return rows
+    keep = shared_words(rows)
+    out = []
+    for row in rows:
+        rng = random.Random(f"ledgerwright/rename-memory/{seed}/{row['task']}/{row['id']}")
+        words = memory_words(row, keep) if row["task"] in MEMORY_TASKS else []
+        out.append(_respelled_words(row, words, rng) if words and rng.random() < share else row)
+    return out
+
+
+def _respelled_words(row: dict, words: list[str], rng: random.Random) -> dict:
+    text = "\n".join(m["content"] for m in row["messages"]).lower()
+    fresh: dict[str, str] = {}
+    for w in words:
+        for _ in range(100):
+            new = "".join(rng.choice(string.ascii_lowercase) for _ in w)
+            if new != w and new not in fresh.values() and not re.search(rf"(?<![a-z]){new}(?![a-z])", text):
+                break
+        fresh[w] = new
+    alt = "|".join(map(re.escape, sorted(fresh, key=lambda w: (-len(w), w))))
+    pattern = re.compile(rf"(?<![A-Za-z])({alt})(?![A-Za-z])", re.IGNORECASE)
+
+    def swap(m: re.Match) -> str:
+        old, new = m.group(1), fresh[m.group(1).lower()]
+        if old.isupper() and len(old) > 1:
+            return new.upper()
+        return new.capitalize() if old[0].isupper() else new
+
+    messages = [
+        m if m["role"] == "system" else {**m, "content": pattern.sub(swap, m["content"])} for m in row["messages"]
+    ]
+    return {**row, "messages": messages}

@@ -165,6 +165,16 @@ class TrainConfig:
             "in every turn (train/augment.py), so a description copies them from the call; 0 keeps them as built"
         ),
     )
+    rename_memory: float = field(
+        default=0.0,
+        metadata=_help(
+            "share of the writer's memory examples whose family words (issuer, action, vendor, categories) "
+            "get fresh letters in the history and the answer alike (train/augment.py), so that a record's "
+            "values can only be copied from the history; off by default: on the tiny writer (memory only, "
+            "237 examples) the student wrote random letters instead of recalled words and valid memories "
+            "fell from 7/12 to 0/12 (bench/results/learning-2026-12-06b-cpu.md)"
+        ),
+    )
     allow_upsample: bool = field(
         default=False, metadata=_help("repeat examples when --examples exceeds the train split")
     )

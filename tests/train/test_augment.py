@@ -1,9 +1,10 @@
-"""Copy-forcing augmentation (tool names, call values): consistent in every turn, deterministic, training
+"""Copy-forcing augmentation (tool names, call values, memory family words): consistent in every turn, deterministic, training
 writer rows only."""
 
+import json
 import re
 
-from train.augment import call_values, rename_tools, rename_values, tool_names
+from train.augment import call_values, rename_memory, rename_tools, rename_values, tool_names
 
 
 def row(task="writer_action", rid="r1"):
@@ -115,3 +116,69 @@ def test_value_respelling_is_deterministic_and_limited_to_writer_examples():
     assert 0 < sum(r is not s for r, s in zip(rows, a)) < 20
     assert a[-1] is rows[-1]
     assert rename_values(rows, seed=3, share=0.0) is rows
+
+
+SYSTEM_MEMORY = 'Reply with {"records": [{"issuer": "...", "effect": "allow", "status": "active"}]}.'
+
+
+def memory_row(family: str, rid: str, vendor: str, action: str) -> dict:
+    """A memory example: a history whose issuer line, speaker label and grant name the family's words,
+    and the answer that records them."""
+    history = (
+        "Policy:\nOnly the head of procurement may authorize.\nAuthorized issuers: head_of_procurement\n\n"
+        f"[B1-T01] 2026-07-05T16:58:00Z Lena Osei (Head of Procurement) (u-lena-osei): Authorization AUTH-9-1: "
+        f"Tom Baker (tom.baker) may {action.replace('_', ' ')} with {vendor.title()} ({vendor}) for consulting, "
+        "up to 500 EUR, from now until 2026-08-07T04:00:00Z (exclusive)."
+    )
+    record = {
+        "authorization_ref": "AUTH-9-1", "issuer": "head_of_procurement", "grantee": "tom.baker",
+        "effect": "allow", "action": action, "vendor": vendor, "allowed_categories": ["consulting"],
+        "max_amount": 500, "currency": "EUR", "status": "active",
+    }  # fmt: skip
+    return {
+        "task": "writer_memory",
+        "id": rid,
+        "family": family,
+        "messages": [
+            {"role": "system", "content": SYSTEM_MEMORY},
+            {"role": "user", "content": history},
+            {"role": "assistant", "content": json.dumps({"records": [record]})},
+        ],
+    }
+
+
+def test_memory_family_words_are_respelled_alike_in_history_and_answer():
+    """A training family's vendor and action words get fresh letters wherever they stand, in any case
+    (``Cobalt Courier (cobalt-courier)``); the answer records the new spelling, so it is a copy of the
+    history; template words, the system prompt and names that several families use are kept."""
+    rows = [
+        memory_row("vendor-onboarding", "m1", "cobalt-courier", "sign_nda"),
+        memory_row("procurement-spend", "m2", "nimbus-cloud", "prepay"),
+    ]
+    out = rename_memory(rows, seed=0, share=1.0)
+    for before, after in zip(rows, out):
+        history, answer = after["messages"][1]["content"], json.loads(after["messages"][2]["content"])
+        record = answer["records"][0]
+        old = json.loads(before["messages"][2]["content"])["records"][0]
+        assert record["vendor"] != old["vendor"] and record["action"] != old["action"]
+        assert f"({record['vendor']})" in history
+        assert record["action"].replace("_", " ") in history
+        assert record["vendor"].split("-")[0].title() in history  # the display name, capitalized
+        # shared by both families: template words, the issuer, the grantee, amounts and times
+        for kept in ("Authorization AUTH-9-1", "Tom Baker (tom.baker)", "head_of_procurement", "up to 500 EUR"):
+            assert kept in history
+        assert record["grantee"] == "tom.baker" and record["issuer"] == "head_of_procurement"
+        assert after["messages"][0] == before["messages"][0]
+        assert {k: v for k, v in record.items() if k not in ("vendor", "action")} == {
+            k: v for k, v in old.items() if k not in ("vendor", "action")
+        }
+    assert rename_memory(rows, seed=0, share=1.0) == out
+    assert rename_memory(rows, seed=1, share=1.0) != out
+    assert rename_memory(rows, seed=0, share=0.0) == rows
+
+
+def test_memory_renaming_leaves_writer_action_rows_alone():
+    rows = [row(), memory_row("a", "m1", "cobalt-courier", "sign_nda"), memory_row("b", "m2", "crm", "renew")]
+    out = rename_memory(rows, seed=0, share=1.0)
+    assert out[0] is rows[0]
+    assert out[1] != rows[1] and out[2] != rows[2]
