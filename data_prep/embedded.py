@@ -67,11 +67,11 @@ def _current_corpus(corpus: Path) -> bool:
         built = json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))["config"]
     except (OSError, ValueError, KeyError):
         return False
+    if not isinstance(built, dict):
+        return False
     today = default_synth_config().resolved()
-    if not isinstance(built, dict) or built == today:
-        return isinstance(built, dict)
-    older_code = set(built) < set(today)
-    return not (older_code and all(built[k] == today[k] for k in built))
+    older_default = set(built) < set(today) and all(built[k] == today[k] for k in built)
+    return not older_default
 
 
 def _built_from(sft: Path, corpus: Path) -> bool:

@@ -52,15 +52,17 @@ def rename_tools(rows: list[dict], seed: int, share: float, varied: bool = True)
     return _augment(rows, seed, share, "rename-tools", tool_names, partial(_renamed, varied=varied))
 
 
-def _augment(rows: list[dict], seed: int, share: float, kind: str, find, change) -> list[dict]:
-    """``change(row, found, rng)`` on a ``share`` of the writer examples in which ``find(row)`` finds
-    something, chosen per example and seed; the other rows are returned as they are."""
+def _augment(
+    rows: list[dict], seed: int, share: float, kind: str, find, change, tasks=AUGMENTED_TASKS
+) -> list[dict]:
+    """``change(row, found, rng)`` on a ``share`` of the examples of ``tasks`` in which ``find(row)``
+    finds something, chosen per example and seed; the other rows are returned as they are."""
     if share <= 0:
         return rows
     out = []
     for row in rows:
         rng = random.Random(f"ledgerwright/{kind}/{seed}/{row['task']}/{row['id']}")
-        found = find(row) if row["task"] in AUGMENTED_TASKS else []
+        found = find(row) if row["task"] in tasks else []
         out.append(change(row, found, rng) if found and rng.random() < share else row)
     return out
 
@@ -249,24 +251,21 @@ def rename_memory(rows: list[dict], seed: int, share: float) -> list[dict]:
     (``shared_words``), and so are the system prompt's words, so the layout and the cues never change."""
     if share <= 0:
         return rows
-    keep = shared_words(rows)
-    out = []
-    for row in rows:
-        rng = random.Random(f"ledgerwright/rename-memory/{seed}/{row['task']}/{row['id']}")
-        words = memory_words(row, keep) if row["task"] in MEMORY_TASKS else []
-        out.append(_respelled_words(row, words, rng) if words and rng.random() < share else row)
-    return out
+    find = partial(memory_words, keep=shared_words(rows))
+    return _augment(rows, seed, share, "rename-memory", find, _respelled_words, tasks=MEMORY_TASKS)
 
 
 def _respelled_words(row: dict, words: list[str], rng: random.Random) -> dict:
-    text = "\n".join(m["content"] for m in row["messages"]).lower()
+    """``row`` with each of ``words`` (lower case) replaced wherever it stands as a word, in any case,
+    by a fresh run of letters (``_respell``) that the example does not already hold as a word."""
+    text = _letter_runs("\n".join(m["content"] for m in row["messages"]))
     fresh: dict[str, str] = {}
     for w in words:
-        for _ in range(100):
-            new = "".join(rng.choice(string.ascii_lowercase) for _ in w)
-            if new != w and new not in fresh.values() and not re.search(rf"(?<![a-z]){new}(?![a-z])", text):
-                break
-        fresh[w] = new
+        new = _respell(w, fresh, rng)
+        if new in text:
+            del fresh[w]  # a rare collision: the word keeps its spelling
+    if not fresh:
+        return row
     alt = "|".join(map(re.escape, sorted(fresh, key=lambda w: (-len(w), w))))
     pattern = re.compile(rf"(?<![A-Za-z])({alt})(?![A-Za-z])", re.IGNORECASE)
 
