@@ -186,6 +186,60 @@ def _word(pattern: str) -> re.Pattern:
     return re.compile(rf"(?<![A-Za-z0-9]){pattern}(?![A-Za-z0-9])")
 
 
+_PROTOCOL_WORDS = frozenset({"call_id", "tool", "arguments", "description", "claimed_outcome", "status"})
+# a key's `id` stays (`incident_id` -> `qrmvlxtd_id`): renamed away, the student never meets a key that
+# ends like `call_id` and copies a held-out call's id from its `incident_id` (measured, call ids 97% -> 87%)
+KEY_PARTS_KEPT = frozenset({"id"})
+
+
+def call_keys(row: dict) -> list[str]:
+    """The argument keys of the calls an example shows, in order of appearance."""
+    seen: dict[str, None] = {}
+    for m in row["messages"]:
+        if m["role"] != "user":
+            continue
+        for line in _CALL_LINE.findall(m["content"]):
+            try:
+                arguments = json.loads(line).get("arguments", {})
+            except (ValueError, AttributeError):
+                continue
+            for key in arguments if isinstance(arguments, dict) else ():
+                seen.setdefault(str(key), None)
+    return list(seen)
+
+
+def rename_keys(rows: list[dict], seed: int, share: float) -> list[dict]:
+    """``rows`` with the argument keys of a ``share`` of the writer examples renamed in every user and
+    assistant turn (a deterministic choice per example and seed): every word of a key but ``id`` gets
+    fresh letters of its length and case (``_respell``), one spelling per word in an example. Trained on the built keys, the student recalls a training family's key in a
+    held-out description (``fare_class`` -> ``fare_id``, ``incident_id`` -> ``report_id``) and loses the
+    values after it. The protocol's own words, tool names and words of the system prompt are kept."""
+    return _augment(rows, seed, share, "rename-keys", call_keys, _keys_renamed)
+
+
+def _keys_renamed(row: dict, keys: list[str], rng: random.Random) -> dict:
+    text = "\n".join(m["content"] for m in row["messages"])
+    system = "\n".join(m["content"] for m in row["messages"] if m["role"] == "system")
+    keep = _PROTOCOL_WORDS | set(tool_names(row)) | KEEP
+    fresh: dict[str, str] = {}
+    runs: dict[str, str] = {}
+    for key in keys:
+        if key in keep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key) or _word(re.escape(key)).search(system):
+            continue
+        name = "_".join(p if p in KEY_PARTS_KEPT else _respell(p, runs, rng) for p in key.split("_"))
+        if name != key and name not in fresh.values() and name not in keys and name not in text:
+            fresh[key] = name
+    if not fresh:
+        return row
+    alt = "|".join(map(re.escape, sorted(fresh, key=lambda k: (-len(k), k))))
+    pattern = re.compile(rf"(?<![A-Za-z0-9_])({alt})(?![A-Za-z0-9_])")
+    messages = [
+        m if m["role"] == "system" else {**m, "content": pattern.sub(lambda x: fresh[x.group(1)], m["content"])}
+        for m in row["messages"]
+    ]
+    return {**row, "messages": messages}
+
+
 # ---- authorization memory ------------------------------------------------------------------------------
 MEMORY_TASKS = ("writer_memory",)
 _MEMORY_VALUE_FIELDS = ("issuer", "grantee", "action", "vendor", "allowed_categories", "scope")

@@ -165,6 +165,14 @@ class TrainConfig:
             "in every turn (train/augment.py), so a description copies them from the call; 0 keeps them as built"
         ),
     )
+    rename_keys: float = field(
+        default=1.0,
+        metadata=_help(
+            "share of the writer's training examples whose calls' argument keys get fresh letters in every word "
+            "but id, in every turn (train/augment.py), so a description copies a held-out call's keys "
+            "(fare_class) instead of recalling a training family's (fare_id); 0 keeps them as built"
+        ),
+    )
     rename_memory: float = field(
         default=0.0,
         metadata=_help(

@@ -302,7 +302,7 @@ def prepare_data(s: Session) -> Prepared:
     """The SFT build (the embedded default is built in the cache when no --data-dir is given), the
     sampled training examples (tools renamed when asked) and the validation rows."""
     from train import data as D
-    from train.augment import rename_memory, rename_tools, rename_values
+    from train.augment import rename_keys, rename_memory, rename_tools, rename_values
 
     cfg = s.cfg
     with s.state.main_process_first():
@@ -311,6 +311,7 @@ def prepare_data(s: Session) -> Prepared:
     data = D.load_tasks(sft_dir, cfg.sft_tasks)
     train_rows = D.sample_train(data, cfg.examples, cfg.seed, cfg.allow_upsample)
     train_rows = rename_values(rename_tools(train_rows, cfg.seed, cfg.rename_tools), cfg.seed, cfg.rename_values)
+    train_rows = rename_keys(train_rows, cfg.seed, cfg.rename_keys)
     train_rows = rename_memory(train_rows, cfg.seed, cfg.rename_memory)
     eval_rows = D.sample_eval(data, cfg.eval_examples)
     if not eval_rows:

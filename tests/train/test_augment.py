@@ -4,7 +4,15 @@ writer rows only."""
 import json
 import re
 
-from train.augment import call_values, rename_memory, rename_tools, rename_values, tool_names
+from train.augment import (
+    call_keys,
+    call_values,
+    rename_keys,
+    rename_memory,
+    rename_tools,
+    rename_values,
+    tool_names,
+)
 
 
 def row(task="writer_action", rid="r1"):
@@ -116,6 +124,39 @@ def test_value_respelling_is_deterministic_and_limited_to_writer_examples():
     assert 0 < sum(r is not s for r, s in zip(rows, a)) < 20
     assert a[-1] is rows[-1]
     assert rename_values(rows, seed=3, share=0.0) is rows
+
+
+def keyed_row(rid="k1"):
+    """A writer example whose keyed descriptions restate the call's keys and values."""
+    row = value_row(rid)
+    row["messages"][1]["content"] += "\nAsked: get_user with user_id U-7310"
+    row["messages"][2]["content"] = row["messages"][2]["content"].replace("to look up user U-7310", "with user_id U-7310")
+    return row
+
+
+def test_argument_keys_are_renamed_alike_in_every_turn_and_the_protocol_words_stay():
+    row = keyed_row()
+    assert call_keys(row) == ["user_id", "role", "status"]
+    (out,) = rename_keys([row], seed=0, share=1.0)
+    text = "\n".join(m["content"] for m in out["messages"][1:])
+    assert "user_id" not in text and '"role"' not in text
+    new = re.search(r'"arguments": \{"([a-z_]+)": "U-7310"\}', out["messages"][1]["content"]).group(1)
+    assert new not in {"user_id", "role"} and "manager_id" in text  # only the calls' argument keys
+    assert f"Asked: get_user with {new} U-7310" in out["messages"][1]["content"]
+    assert f"Called get_user with {new} U-7310; it succeeded." in out["messages"][2]["content"]
+    # the protocol's words, tools, values and the system prompt stay; the key `status` is the call view's word
+    assert out["messages"][0] == row["messages"][0]
+    for kept in ('"status": "open"', "status: succeeded", '"tool": "grant_role"', '"call_id": "call_1a1b2c3d4e5f"'):
+        assert kept in text
+
+
+def test_key_renaming_is_deterministic_and_limited_to_writer_examples():
+    rows = [keyed_row(f"k{i}") for i in range(20)] + [{**keyed_row("r"), "task": "reader_verdict"}]
+    a = rename_keys(rows, seed=3, share=1.0)
+    assert a == rename_keys(rows, seed=3, share=1.0) and a != rename_keys(rows, seed=4, share=1.0)
+    assert all(r is not s for r, s in zip(rows[:20], a)) and a[-1] is rows[-1]
+    assert len({call_keys(r)[0] for r in a[:20]}) > 15  # fresh per example
+    assert rename_keys(rows, seed=3, share=0.0) is rows
 
 
 SYSTEM_MEMORY = 'Reply with {"records": [{"issuer": "...", "effect": "allow", "status": "active"}]}.'
