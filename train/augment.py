@@ -106,20 +106,26 @@ _LETTERS = re.compile(r"[A-Za-z]+")
 _PROTECTED = frozenset({"succeeded", "rejected", "failed", "true", "false", "null"})
 
 
-def call_values(row: dict) -> list[str]:
-    """The short string values (with a letter) of the calls an example shows, in order of appearance."""
-    seen: dict[str, None] = {}
+def _call_arguments(row: dict):
+    """The ``arguments`` of every call line an example's user turns show, in order (unparseable lines
+    skipped)."""
     for m in row["messages"]:
         if m["role"] != "user":
             continue
         for line in _CALL_LINE.findall(m["content"]):
             try:
-                arguments = json.loads(line).get("arguments", {})
+                yield json.loads(line).get("arguments", {})
             except (ValueError, AttributeError):
                 continue
-            for forms in salient_values(arguments):
-                if _LETTERS.search(forms[0]):
-                    seen.setdefault(forms[0], None)
+
+
+def call_values(row: dict) -> list[str]:
+    """The short string values (with a letter) of the calls an example shows, in order of appearance."""
+    seen: dict[str, None] = {}
+    for arguments in _call_arguments(row):
+        for forms in salient_values(arguments):
+            if _LETTERS.search(forms[0]):
+                seen.setdefault(forms[0], None)
     return list(seen)
 
 
@@ -174,6 +180,12 @@ def _respelled(row: dict, values: list[str], rng: random.Random) -> dict:
     def swap(m: re.Match) -> str:
         return fresh[m.group(1)] if m.group(1) is not None else runs[m.group(2)]
 
+    return _substituted(row, pattern, swap)
+
+
+def _substituted(row: dict, pattern: re.Pattern, swap) -> dict:
+    """``row`` with ``pattern`` replaced by ``swap`` in every turn but the system prompt, whose words
+    (the protocol, the layout) never change."""
     messages = [
         m if m["role"] == "system" else {**m, "content": pattern.sub(swap, m["content"])} for m in row["messages"]
     ]
@@ -188,32 +200,27 @@ def _word(pattern: str) -> re.Pattern:
 
 _PROTOCOL_WORDS = frozenset({"call_id", "tool", "arguments", "description", "claimed_outcome", "status"})
 # a key's `id` stays (`incident_id` -> `qrmvlxtd_id`): renamed away, the student never meets a key that
-# ends like `call_id` and copies a held-out call's id from its `incident_id` (measured, call ids 97% -> 87%)
+# ends like `call_id` and copies a held-out call's id from its `incident_id` (one seed: call ids 97.7% -> 87.0%,
+# bench/results/learning-2026-12-07c-cpu.md)
 KEY_PARTS_KEPT = frozenset({"id"})
 
 
 def call_keys(row: dict) -> list[str]:
     """The argument keys of the calls an example shows, in order of appearance."""
     seen: dict[str, None] = {}
-    for m in row["messages"]:
-        if m["role"] != "user":
-            continue
-        for line in _CALL_LINE.findall(m["content"]):
-            try:
-                arguments = json.loads(line).get("arguments", {})
-            except (ValueError, AttributeError):
-                continue
-            for key in arguments if isinstance(arguments, dict) else ():
-                seen.setdefault(str(key), None)
+    for arguments in _call_arguments(row):
+        for key in arguments if isinstance(arguments, dict) else ():
+            seen.setdefault(str(key), None)
     return list(seen)
 
 
 def rename_keys(rows: list[dict], seed: int, share: float) -> list[dict]:
     """``rows`` with the argument keys of a ``share`` of the writer examples renamed in every user and
     assistant turn (a deterministic choice per example and seed): every word of a key but ``id`` gets
-    fresh letters of its length and case (``_respell``), one spelling per word in an example. Trained on the built keys, the student recalls a training family's key in a
-    held-out description (``fare_class`` -> ``fare_id``, ``incident_id`` -> ``report_id``) and loses the
-    values after it. The protocol's own words, tool names and words of the system prompt are kept."""
+    fresh letters of its length and case (``_respell``), one spelling per word in an example. Trained
+    on the built keys, the student recalls a training family's key in a held-out description
+    (``fare_class`` -> ``fare_id``, ``incident_id`` -> ``report_id``) and loses the values after it.
+    The protocol's own words, tool names and words of the system prompt are kept."""
     return _augment(rows, seed, share, "rename-keys", call_keys, _keys_renamed)
 
 
@@ -233,11 +240,7 @@ def _keys_renamed(row: dict, keys: list[str], rng: random.Random) -> dict:
         return row
     alt = "|".join(map(re.escape, sorted(fresh, key=lambda k: (-len(k), k))))
     pattern = re.compile(rf"(?<![A-Za-z0-9_])({alt})(?![A-Za-z0-9_])")
-    messages = [
-        m if m["role"] == "system" else {**m, "content": pattern.sub(lambda x: fresh[x.group(1)], m["content"])}
-        for m in row["messages"]
-    ]
-    return {**row, "messages": messages}
+    return _substituted(row, pattern, lambda x: fresh[x.group(1)])
 
 
 # ---- authorization memory ------------------------------------------------------------------------------
@@ -329,7 +332,4 @@ def _respelled_words(row: dict, words: list[str], rng: random.Random) -> dict:
             return new.upper()
         return new.capitalize() if old[0].isupper() else new
 
-    messages = [
-        m if m["role"] == "system" else {**m, "content": pattern.sub(swap, m["content"])} for m in row["messages"]
-    ]
-    return {**row, "messages": messages}
+    return _substituted(row, pattern, swap)
