@@ -101,22 +101,24 @@ def _renamed(row: dict, tools: list[str], rng: random.Random, varied: bool) -> d
     return {**row, "messages": messages}
 
 
-_CALL_LINE = re.compile(r"^Call \d+: (\{.*\})$", re.MULTILINE)
+_ARGUMENTS_LINE = re.compile(r"^Arguments of call \d+: (\{.*\})$", re.MULTILINE)
 _LETTERS = re.compile(r"[A-Za-z]+")
 _PROTECTED = frozenset({"succeeded", "rejected", "failed", "true", "false", "null"})
 
 
 def _call_arguments(row: dict):
-    """The ``arguments`` of every call line an example's user turns show, in order (unparseable lines
-    skipped)."""
+    """The arguments of every call an example's user turns show (their ``Arguments of call N:`` lines),
+    in order; unparseable lines skipped."""
     for m in row["messages"]:
         if m["role"] != "user":
             continue
-        for line in _CALL_LINE.findall(m["content"]):
+        for line in _ARGUMENTS_LINE.findall(m["content"]):
             try:
-                yield json.loads(line).get("arguments", {})
-            except (ValueError, AttributeError):
+                arguments = json.loads(line)
+            except ValueError:
                 continue
+            if isinstance(arguments, dict):
+                yield arguments
 
 
 def call_values(row: dict) -> list[str]:

@@ -21,8 +21,9 @@ from data_prep.oracle import RECORD_FIELDS, REQUEST_FIELDS, SCOPE_REQUEST_FIELDS
 
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer;
-# 6: the call as a tool call in JSON, in the entry's field order).
-RENDER_VERSION = "ledgerwright-render/7"
+# 6: the call as a tool call in JSON, in the entry's field order; 8: the outcome before the
+# description, the arguments on a line of their own above the words line).
+RENDER_VERSION = "ledgerwright-render/8"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -110,17 +111,21 @@ def task_text(run: dict) -> str:
 
 
 def call_text(seq: int, call: dict) -> str:
-    """One executed call as the writer sees it: what the environment returned, the request in words
-    (``Asked: get_incident with incident_id INC-5110``), its status, then the call itself as a tool call
-    is written (id, tool, arguments, as JSON). The entry starts with the call line's two fields in the
-    same layout, so the id and the tool are copied token by token from the line just above (the tiny
-    base's copy match finds them), and a description that restates the request finds its keys and
-    values in the same order, in the same tokens, on the words line; long results (never repeated)
-    come first, out of the way."""
+    """One executed call as the writer sees it: what the environment returned, the call's arguments as
+    JSON, the request in words (``Asked: get_incident with incident_id INC-5110``), its status, then the
+    call line (id and tool, as JSON). The entry starts with the call line's two fields in the same
+    layout, so the id and the tool are copied token by token from the line just above (the tiny base's
+    copy match finds them); its outcome is the status two lines up; a description that restates the
+    request finds its keys and values in order on the words line, the latest line that holds them (with
+    the arguments on the call line, the latest match continued a description from their JSON, quotes
+    and all, and the words line sat past the local layers' 128-token window on calls with several
+    arguments: ``bench/results/learning-2026-12-07d-cpu.md``); long results (never repeated) come
+    first, out of the way."""
     args = sorted_data(call["arguments"])
-    shown = laid_out({"call_id": call["call_id"], "tool": call["tool"], "arguments": args})
+    shown = laid_out({"call_id": call["call_id"], "tool": call["tool"]})
     return (
         f"Result of call {seq}: {compact(call.get('result'))}\n"
+        f"Arguments of call {seq}: {laid_out(args)}\n"
         f"Asked: {call['tool']} {arguments_in_words(args)}\n"
         f"status: {call['status']}\nCall {seq}: {shown}"
     )
@@ -140,7 +145,9 @@ def _spelled(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-ANSWER_ENTRY_FIELDS = ("call_id", "tool", "description", "claimed_outcome")  # the prompt's order
+# the prompt's order: the outcome is read off the status line before the free text that could lose it
+# (written after a long description it was right in 70% of held-out turns, bench/results 2026-12-07d)
+ANSWER_ENTRY_FIELDS = ("call_id", "tool", "claimed_outcome", "description")
 
 
 def entry_answer(entry: dict) -> str:

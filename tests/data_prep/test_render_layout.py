@@ -30,7 +30,8 @@ def test_entries_and_memories_follow_the_prompt_order():
         "call_id": "call_1",
         "position": 3,
     }
-    assert list(json.loads(entry_answer(entry))) == ["call_id", "tool", "description", "claimed_outcome"]
+    # the outcome, read off the status line, before the free text that could lose it
+    assert list(json.loads(entry_answer(entry))) == ["call_id", "tool", "claimed_outcome", "description"]
     rec = {k: (["b", "a"] if k == "allowed_categories" else k) for k in reversed(MEMORY_FIELDS)}
     got = json.loads(memory_answer([rec]))["records"][0]
     assert list(got) == list(MEMORY_FIELDS)
@@ -39,9 +40,8 @@ def test_entries_and_memories_follow_the_prompt_order():
     assert prompts.text["reader_verdict"].index('"label"') < prompts.text["reader_verdict"].index(
         '"cited_call_ids"'
     )
-    assert prompts.text["writer_action"].index('"tool"') < prompts.text["writer_action"].index(
-        '"claimed_outcome"'
-    )
+    shown = prompts.text["writer_action"]
+    assert shown.index('"tool"') < shown.index('"claimed_outcome"') < shown.index('"description"')
     assert "render_version" in prompts.digests  # a cache built with another layout is rebuilt
 
 
@@ -55,14 +55,11 @@ def test_tool_data_renders_the_same_whatever_its_key_order():
     }
     b = {**a, "arguments": {"a": {"x": 3, "y": 2}, "b": 1}, "result": {"k": 2, "z": 1}}
     assert call_text(2, a) == call_text(2, b)
-    # the call comes last as JSON, its id and tool in the entry's layout, right before the answer
-    assert (
-        call_text(2, a)
-        .rstrip()
-        .endswith(
-            'Call 2: {"call_id": "call_ab12", "tool": "t", "arguments": {"a": {"x": 3, "y": 2}, "b": 1}}'
-        )
-    )
+    # the call line comes last, its id and tool in the entry's layout, right before the answer; the
+    # arguments, as JSON, on their own line above the request in words (the latest line with the values)
+    lines = call_text(2, a).splitlines()
+    assert lines[-1] == 'Call 2: {"call_id": "call_ab12", "tool": "t"}'
+    assert lines[1] == 'Arguments of call 2: {"a": {"x": 3, "y": 2}, "b": 1}'
     assert laid_out({"b": 1, "a": 2}) == '{"b": 1, "a": 2}'
     # the request in words, in the order and spelling of the JSON, before the status line
     assert '\nAsked: t with a {"x": 3, "y": 2}, b 1\nstatus: succeeded\n' in call_text(2, a)

@@ -4,12 +4,17 @@ endpoints answer from): one home for the layout of ``data_prep.sft.render.call_t
 import json
 import re
 
-# status line, then the call as JSON (call_id, tool, arguments)
-CALL_RE = re.compile(r"status: (?P<status>\S+)\nCall (?P<seq>\d+): (?P<shown>\{.*\})$", re.MULTILINE)
+# the arguments as JSON, the request in words, the status line, then the call line (call_id, tool)
+CALL_RE = re.compile(
+    r"^Arguments of call \d+: (?P<arguments>\{.*\})\nAsked: .*\nstatus: (?P<status>\S+)\n"
+    r"Call (?P<seq>\d+): (?P<shown>\{.*\})$",
+    re.MULTILINE,
+)
 
 
 def shown_calls(text: str) -> list[dict]:
     """Every call shown in ``text``, in order: ``call_id``, ``tool``, ``arguments``, ``status``, ``seq``."""
     return [
-        {**json.loads(m["shown"]), "status": m["status"], "seq": int(m["seq"])} for m in CALL_RE.finditer(text)
+        {**json.loads(m["shown"]), "arguments": json.loads(m["arguments"]), "status": m["status"], "seq": int(m["seq"])}
+        for m in CALL_RE.finditer(text)
     ]

@@ -4,6 +4,7 @@ writer rows only."""
 import json
 import re
 
+from data_prep.sft.render import call_text
 from train.augment import (
     call_keys,
     call_values,
@@ -67,32 +68,33 @@ def test_fresh_names_vary_in_shape_so_their_length_must_be_copied():
 
 
 def value_row(rid="v1"):
-    call1 = '{"call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "arguments": {"user_id": "U-7310"}}'
-    call2 = (
-        '{"call_id": "call_1a1b2c3d4e5f", "tool": "grant_role", "arguments": {"role": "ci-deploy", '
-        '"status": "open", "user_id": "U-7310"}}'
-    )
+    """A keyed writer example whose user turns are rendered by the call view itself."""
+    call1 = {
+        "call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "arguments": {"user_id": "U-7310"},
+        "status": "succeeded", "result": {"manager_id": "U-3150"},
+    }  # fmt: skip
+    call2 = {
+        "call_id": "call_1a1b2c3d4e5f", "tool": "grant_role",
+        "arguments": {"role": "ci-deploy", "status": "open", "user_id": "U-7310"},
+        "status": "succeeded", "result": {},
+    }  # fmt: skip
+    task = "Request:\nGive U-7310 the ci-deploy role (manager U-3150).\n\nTools:\n- get_user: Look up.\n- grant_role: Grant."
     return {
         "task": "writer_action",
         "id": rid,
         "messages": [
             {"role": "system", "content": "Log every call; outcomes: succeeded, rejected or failed."},
-            {
-                "role": "user",
-                "content": "Request:\nGive U-7310 the ci-deploy role (manager U-3150).\n\nTools:\n- get_user: Look up.\n"
-                f"- grant_role: Grant.\n\nThe run starts.\n\nResult of call 1: {{\"manager_id\": \"U-3150\"}}\n"
-                f"status: succeeded\nCall 1: {call1}",
-            },
+            {"role": "user", "content": f"{task}\n\nThe run starts.\n\n{call_text(1, call1)}"},
             {
                 "role": "assistant",
-                "content": '{"call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "description": "Called get_user '
-                'to look up user U-7310; it succeeded.", "claimed_outcome": "succeeded"}',
+                "content": '{"call_id": "call_0a1b2c3d4e5f", "tool": "get_user", "claimed_outcome": "succeeded", '
+                '"description": "Called get_user to look up user U-7310; it succeeded."}',
             },
-            {"role": "user", "content": f"Result of call 2: {{}}\nstatus: succeeded\nCall 2: {call2}"},
+            {"role": "user", "content": call_text(2, call2)},
             {
                 "role": "assistant",
-                "content": '{"call_id": "call_1a1b2c3d4e5f", "tool": "grant_role", "description": "Called grant_role '
-                'to grant ci-deploy to U-7310; it succeeded.", "claimed_outcome": "succeeded"}',
+                "content": '{"call_id": "call_1a1b2c3d4e5f", "tool": "grant_role", "claimed_outcome": "succeeded", '
+                '"description": "Called grant_role to grant ci-deploy to U-7310; it succeeded."}',
             },
         ],
     }
@@ -129,7 +131,6 @@ def test_value_respelling_is_deterministic_and_limited_to_writer_examples():
 def keyed_row(rid="k1"):
     """A writer example whose keyed descriptions restate the call's keys and values."""
     row = value_row(rid)
-    row["messages"][1]["content"] += "\nAsked: get_user with user_id U-7310"
     row["messages"][2]["content"] = row["messages"][2]["content"].replace("to look up user U-7310", "with user_id U-7310")
     return row
 
@@ -140,7 +141,7 @@ def test_argument_keys_are_renamed_alike_in_every_turn_and_the_protocol_words_st
     (out,) = rename_keys([row], seed=0, share=1.0)
     text = "\n".join(m["content"] for m in out["messages"][1:])
     assert "user_id" not in text and '"role"' not in text
-    new = re.search(r'"arguments": \{"([a-z_]+)": "U-7310"\}', out["messages"][1]["content"]).group(1)
+    new = re.search(r'Arguments of call 1: \{"([a-z_]+)": "U-7310"\}', out["messages"][1]["content"]).group(1)
     assert new not in {"user_id", "role"} and "manager_id" in text  # only the calls' argument keys
     assert f"Asked: get_user with {new} U-7310" in out["messages"][1]["content"]
     assert f"Called get_user with {new} U-7310; it succeeded." in out["messages"][2]["content"]
