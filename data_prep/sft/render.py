@@ -146,7 +146,7 @@ def _spelled(value: Any) -> str:
 
 
 # the prompt's order: the outcome is read off the status line before the free text that could lose it
-# (written after a long description it was right in 70% of held-out turns, bench/results 2026-12-07d)
+# (written after a long description it was right in 70-77% of held-out turns, bench/results 2026-12-07d)
 ANSWER_ENTRY_FIELDS = ("call_id", "tool", "claimed_outcome", "description")
 
 
