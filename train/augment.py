@@ -67,36 +67,77 @@ def _augment(
     return out
 
 
-def _fresh_name(tool: str, rng: random.Random, varied: bool) -> str:
+def _fresh_name(tool: str, rng: random.Random, varied: bool, shared: dict[str, str] | None = None) -> str:
     """A new name for ``tool``. Varied: one part fewer or more than ``tool`` has (at least one), each
     part a word of the lists or a run of 2-8 random letters; a student trained on fixed ``verb_noun``
     names learns their length (three tokens) and ends ``list_alerts`` after ``list_al`` instead of copying
-    up to the quote. Not varied: ``verb_noun``, what the tiny base's pretraining text keeps (measured:
+    up to the quote. A part that ``shared`` maps (a word the example's argument keys also use) takes
+    that spelling. Not varied: ``verb_noun``, what the tiny base's pretraining text keeps (measured:
     a base pretrained on varied names recalls the values' prefixes in descriptions, 2% named every value
     against 32%, ``bench/results/learning-2026-12-03d-cpu.md``)."""
     if not varied:
         return f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
-    n = max(1, tool.count("_") + 1 + rng.choice((-1, 0, 0, 1)))
-    words = _VERBS + _NOUNS
-    parts = []
-    for _ in range(n):
-        if rng.random() < 0.5:
-            parts.append(rng.choice(words))
-        else:
-            parts.append("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8))))
+    parts = [_shared_spelling(p, shared or {}) or _fresh_part(rng) for p in tool.split("_")]
+    change = rng.choice((-1, 0, 0, 1))
+    if change < 0 and len(parts) > 1:
+        parts.pop(rng.randrange(len(parts)))
+    elif change > 0:
+        parts.insert(rng.randrange(len(parts) + 1), _fresh_part(rng))
     return "_".join(parts)
 
 
+def _fresh_part(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return rng.choice(_VERBS + _NOUNS)
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8)))
+
+
+def _shared_spelling(part: str, shared: dict[str, str]) -> str | None:
+    """The spelling ``shared`` gives ``part`` (a key's word), or its plural (``alerts`` beside ``alert_id``)."""
+    if part in shared:
+        return shared[part]
+    if part.endswith("s") and part[:-1] in shared:
+        return shared[part[:-1]] + "s"
+    return None
+
+
+def _key_words(row: dict, tools: list[str]) -> dict[str, None]:
+    """The words of the example's renameable argument keys (``_keys_renamed``'s rule) that a tool name
+    also has as a part, itself or as a plural: ``alert`` of ``alert_id`` beside ``silence_alert`` and
+    ``list_alerts``, ``user`` of ``user_id`` beside ``get_user``."""
+    system = "\n".join(m["content"] for m in row["messages"] if m["role"] == "system")
+    tool_parts = {p for t in tools for p in t.split("_")}
+    words: dict[str, None] = {}
+    for key in call_keys(row):
+        if key in _PROTOCOL_WORDS or not _KEY.fullmatch(key) or _word(re.escape(key)).search(system):
+            continue
+        for p in key.split("_"):
+            if p not in KEY_PARTS_KEPT and (p in tool_parts or p + "s" in tool_parts):
+                words.setdefault(p, None)
+    return words
+
+
 def _renamed(row: dict, tools: list[str], rng: random.Random, varied: bool) -> dict:
+    """``row`` with fresh tool names. Varied names keep the ties real APIs have between a tool and its
+    keys: a word that a tool name and a key share gets one fresh spelling in both (``silence_alert``
+    with ``alert_id`` -> ``sync_qvde`` with ``qvde_id``). Renamed apart, no training tool ever shared a
+    word with a key, and the student continued a held-out tool from the key
+    (``acknowledge_alert_id``, ``list_alert_id``: tools 76% right, bench/results/learning-2026-12-07e-cpu.md)."""
     text = "\n".join(m["content"] for m in row["messages"])
+    shared = {w: _fresh_part(rng) for w in _key_words(row, tools)} if varied else {}
     fresh: dict[str, str] = {}
     for tool in tools:
         for attempt in range(1000):
-            name = _fresh_name(tool, rng, varied) + (f"_{attempt}" if attempt >= 100 else "")
+            name = _fresh_name(tool, rng, varied, shared) + (f"_{attempt}" if attempt >= 100 else "")
             if name not in fresh.values() and name not in tools and name not in text:
                 break
         fresh[tool] = name
-    pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, tools)) + r")(?![A-Za-z0-9_])")
+    for key in call_keys(row) if shared else ():
+        new = "_".join(shared.get(p, p) for p in key.split("_"))
+        if new != key and new not in text and new not in fresh.values():
+            fresh[key] = new
+    alt = "|".join(map(re.escape, sorted(fresh, key=lambda k: (-len(k), k))))
+    pattern = re.compile(rf"(?<![A-Za-z0-9_])({alt})(?![A-Za-z0-9_])")
     messages = [{**m, "content": pattern.sub(lambda x: fresh[x.group(1)], m["content"])} for m in row["messages"]]
     return {**row, "messages": messages}
 
@@ -205,6 +246,7 @@ _PROTOCOL_WORDS = frozenset({"call_id", "tool", "arguments", "description", "cla
 # ends like `call_id` and copies a held-out call's id from its `incident_id` (one seed: call ids 97.7% -> 87.0%,
 # bench/results/learning-2026-12-07c-cpu.md)
 KEY_PARTS_KEPT = frozenset({"id"})
+_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def call_keys(row: dict) -> list[str]:
@@ -229,13 +271,17 @@ def rename_keys(rows: list[dict], seed: int, share: float) -> list[dict]:
 def _keys_renamed(row: dict, keys: list[str], rng: random.Random) -> dict:
     text = "\n".join(m["content"] for m in row["messages"])
     system = "\n".join(m["content"] for m in row["messages"] if m["role"] == "system")
-    keep = _PROTOCOL_WORDS | set(tool_names(row)) | KEEP
+    tools = tool_names(row)
+    keep = _PROTOCOL_WORDS | set(tools) | KEEP
+    # a word a tool name has (itself or as a plural) stays as the tool spells it: the tie between
+    # ``silence_alert`` and ``alert_id``, respelled alike by ``rename_tools`` (see ``_renamed``)
+    kept_parts = KEY_PARTS_KEPT | set(_key_words(row, tools))
     fresh: dict[str, str] = {}
     runs: dict[str, str] = {}
     for key in keys:
-        if key in keep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key) or _word(re.escape(key)).search(system):
+        if key in keep or not _KEY.fullmatch(key) or _word(re.escape(key)).search(system):
             continue
-        name = "_".join(p if p in KEY_PARTS_KEPT else _respell(p, runs, rng) for p in key.split("_"))
+        name = "_".join(p if p in kept_parts else _respell(p, runs, rng) for p in key.split("_"))
         if name != key and name not in fresh.values() and name not in keys and name not in text:
             fresh[key] = name
     if not fresh:

@@ -129,9 +129,13 @@ def test_value_respelling_is_deterministic_and_limited_to_writer_examples():
 
 
 def keyed_row(rid="k1"):
-    """A writer example whose keyed descriptions restate the call's keys and values."""
+    """A writer example whose keyed descriptions restate the call's keys and values, with tools that
+    share no word with a key."""
     row = value_row(rid)
     row["messages"][2]["content"] = row["messages"][2]["content"].replace("to look up user U-7310", "with user_id U-7310")
+    tools = {"get_user": "lookup_person", "grant_role": "give_access"}
+    for m in row["messages"]:
+        m["content"] = re.sub(r"get_user|grant_role", lambda x: tools[x.group()], m["content"])
     return row
 
 
@@ -143,11 +147,11 @@ def test_argument_keys_are_renamed_alike_in_every_turn_and_the_protocol_words_st
     assert "user_id" not in text and '"role"' not in text
     new = re.search(r'Arguments of call 1: \{"([a-z_]+)": "U-7310"\}', out["messages"][1]["content"]).group(1)
     assert new not in {"user_id", "role"} and "manager_id" in text  # only the calls' argument keys
-    assert f"Asked: get_user with {new} U-7310" in out["messages"][1]["content"]
-    assert f"Called get_user with {new} U-7310; it succeeded." in out["messages"][2]["content"]
+    assert f"Asked: lookup_person with {new} U-7310" in out["messages"][1]["content"]
+    assert f"Called lookup_person with {new} U-7310; it succeeded." in out["messages"][2]["content"]
     # the protocol's words, tools, values and the system prompt stay; the key `status` is the call view's word
     assert out["messages"][0] == row["messages"][0]
-    for kept in ('"status": "open"', "status: succeeded", '"tool": "grant_role"', '"call_id": "call_1a1b2c3d4e5f"'):
+    for kept in ('"status": "open"', "status: succeeded", '"tool": "give_access"', '"call_id": "call_1a1b2c3d4e5f"'):
         assert kept in text
 
 
@@ -158,6 +162,54 @@ def test_key_renaming_is_deterministic_and_limited_to_writer_examples():
     assert all(r is not s for r, s in zip(rows[:20], a)) and a[-1] is rows[-1]
     assert len({call_keys(r)[0] for r in a[:20]}) > 15  # fresh per example
     assert rename_keys(rows, seed=3, share=0.0) is rows
+
+
+def alert_row(rid: str) -> dict:
+    """An example whose tools share a word with a key, as real APIs do: ``silence_alert`` takes an
+    ``alert_id``, ``list_alerts`` returns them."""
+    listed = {"call_id": "call_0a1b2c3d4e5f", "tool": "list_alerts", "arguments": {"service": "auth-api"},
+              "status": "succeeded", "result": {"alerts": [{"alert_id": "ALR-4191"}]}}  # fmt: skip
+    silenced = {"call_id": "call_1a1b2c3d4e5f", "tool": "silence_alert",
+                "arguments": {"alert_id": "ALR-4191", "duration_min": 30}, "status": "succeeded", "result": {}}  # fmt: skip
+    task = "Request:\nSilence the auth-api alerts.\n\nTools:\n- list_alerts: List alerts.\n- silence_alert: Silence one."
+    entry = '{"call_id": "call_1a1b2c3d4e5f", "tool": "silence_alert", "claimed_outcome": "succeeded", '
+    return {
+        "task": "writer_action",
+        "id": rid,
+        "messages": [
+            {"role": "system", "content": "Log every call."},
+            {"role": "user", "content": f"{task}\n\nThe run starts.\n\n{call_text(1, listed)}"},
+            {"role": "assistant", "content": "{}"},
+            {"role": "user", "content": call_text(2, silenced)},
+            {"role": "assistant", "content": entry + '"description": "Ran silence_alert with alert_id ALR-4191."}'},
+        ],
+    }
+
+
+def test_a_word_a_tool_and_a_key_share_gets_one_spelling_in_both():
+    rows = rename_keys(rename_tools([alert_row(f"a{i}") for i in range(40)], seed=0, share=1.0), seed=0, share=1.0)
+    in_silence = in_list = 0
+    for out in rows:
+        text = "\n".join(m["content"] for m in out["messages"])
+        key = re.search(r'Arguments of call 2: \{"([a-z_]+)": "ALR-4191"', text).group(1)
+        word = key.removesuffix("_id")
+        assert key.endswith("_id") and word != "alert" and "alert_id" not in text
+        # the key is one spelling wherever it stands: a result, the words line, the description
+        assert f'"{key}": "ALR-4191"' in out["messages"][1]["content"]
+        assert f"with {key} ALR-4191, " in out["messages"][3]["content"]
+        assert f"with {key} ALR-4191." in out["messages"][4]["content"]
+        listing, silence = tool_names(out)
+        assert "alert" not in listing + silence
+        in_list += f"{word}s" in listing.split("_")
+        in_silence += word in silence.split("_")
+    # a tool keeps the shared word unless its shape dropped that part (one time in four at most)
+    assert in_silence >= 24 and in_list >= 24
+
+
+def test_key_renaming_alone_keeps_the_word_a_tool_spells():
+    (out,) = rename_keys([alert_row("k")], seed=0, share=1.0)
+    text = "\n".join(m["content"] for m in out["messages"])
+    assert '"alert_id": "ALR-4191"' in text and "duration_min" not in text  # `min` and `duration` respelled
 
 
 SYSTEM_MEMORY = 'Reply with {"records": [{"issuer": "...", "effect": "allow", "status": "active"}]}.'
