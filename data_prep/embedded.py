@@ -59,19 +59,26 @@ def default_synth_config():
 def _current_corpus(corpus: Path) -> bool:
     """False only for a corpus that older code generated as the embedded default: its recorded config
     lacks a field today's config has (e.g. the teacher's description style) and agrees with today's
-    default on every field it has. A corpus generated with another config (a user's, a test's) is kept
-    as it is: the cache never overwrites data it did not make."""
+    default on every field it has, or it is today's default config written by another generator
+    version (the teacher's descriptions list the values in the call view's order). A corpus generated
+    with another config (a user's, a test's) is kept as it is: the cache never overwrites data it did
+    not make."""
     import json
 
+    from data_prep.synthetic.config import GENERATOR_VERSION
+
     try:
-        built = json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))["config"]
-    except (OSError, ValueError, KeyError):
+        manifest = json.loads((corpus / "manifest.json").read_text(encoding="utf-8"))
+        built = manifest["config"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
     if not isinstance(built, dict):
         return False
     today = default_synth_config().resolved()
     older_default = set(built) < set(today) and all(built[k] == today[k] for k in built)
-    return not older_default
+    generator = manifest.get("generator")
+    version = generator.get("version") if isinstance(generator, dict) else None
+    return not older_default and not (built == today and version != GENERATOR_VERSION)
 
 
 def _built_from(sft: Path, corpus: Path) -> bool:

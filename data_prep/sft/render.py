@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.oracle import RECORD_FIELDS, REQUEST_FIELDS, SCOPE_REQUEST_FIELDS, is_scope, record_fields
+from data_prep.reconcile import salient_values
 
 # The layout of rendered examples; part of ``Prompts.digests``, so a cache built with another layout is
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer;
 # 6: the call as a tool call in JSON, in the entry's field order; 8: the outcome before the
-# description, the arguments on a line of their own above the words line).
-RENDER_VERSION = "ledgerwright-render/8"
+# description, the arguments on a line of their own above the words line; 9: free text last in words).
+RENDER_VERSION = "ledgerwright-render/9"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -132,13 +133,23 @@ def call_text(seq: int, call: dict) -> str:
 
 
 def arguments_in_words(args: Any) -> str:
-    """``with key value, key value``: every argument in the call's (sorted) order, each value spelled as
-    the call's JSON spells it, strings unquoted (what a description naming every value can say)."""
+    """``with key value, key value``: every argument, each value spelled as the call's JSON spells it,
+    strings unquoted (what a description naming every value can say). The values a description must
+    name come first, in key order; free text (a message, a comment: a string with a space, or a long
+    one) comes after them, so a copy that loses its way in a sentence has named the ids and amounts
+    before it (with the keys in sorted order, ``message`` before ``status`` or ``traveler_id``, the
+    student lost the value after the sentence: bench/results/learning-2026-12-07e-cpu.md)."""
     if not isinstance(args, dict):
         return f"with {_spelled(args)}"
     if not args:
         return "with no arguments"
-    return "with " + ", ".join(f"{k} {_spelled(args[k])}" for k in sorted(args))
+    order = sorted(args, key=lambda k: (_free_text(args[k]), k))
+    return "with " + ", ".join(f"{k} {_spelled(args[k])}" for k in order)
+
+
+def _free_text(value: Any) -> bool:
+    """A string no description has to name (free text, by ``salient_values``' rule)."""
+    return isinstance(value, str) and not salient_values(value)
 
 
 def _spelled(value: Any) -> str:

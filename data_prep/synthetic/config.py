@@ -10,7 +10,8 @@ from data_prep.canonical import digest
 from data_prep.yaml_config import apply_flags
 
 GENERATOR_NAME = "ledgerwright-synth"
-GENERATOR_VERSION = "1.0.0"
+# 1.1.0: keyed descriptions name the values before free text (data_prep.sft.render.arguments_in_words)
+GENERATOR_VERSION = "1.1.0"
 
 FAMILIES = (
     "procurement-payment-change-triage",

@@ -58,6 +58,23 @@ def test_a_default_cache_from_older_code_is_regenerated(tmp_path, monkeypatch):
     assert corpus["config"]["description_style"] == "keyed"
 
 
+def test_a_default_corpus_from_another_generator_version_is_regenerated(tmp_path, monkeypatch):
+    """Today's default config written by an older generator (descriptions listing the values in
+    another order) is stale too; the rebuilt cache is today's bytes."""
+    monkeypatch.setattr(embedded, "DEFAULT_RUNS", 24)
+    monkeypatch.setattr(embedded, "DEFAULT_POLICY_CASES", 4)
+    fresh = _tree(embedded.ensure_default_sft(tmp_path / "fresh", progress=False))
+    old = tmp_path / "old"
+    embedded.ensure_default_sft(old, progress=False)
+    path = old / "corpus" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["generator"]["version"] = "1.0.0"
+    path.write_text(json.dumps(manifest))
+    assert not embedded._current_corpus(old / "corpus")
+    assert _tree(embedded.ensure_default_sft(old, progress=False)) == fresh
+    assert json.loads(path.read_text())["generator"]["version"] != "1.0.0"
+
+
 def test_a_corpus_generated_with_another_config_is_kept(tmp_path, monkeypatch):
     """A corpus the user (or a test) generated into the cache with its own config is theirs: the
     embedded default trains on it as it is instead of overwriting it with the default world."""

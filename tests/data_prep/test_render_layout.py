@@ -80,3 +80,20 @@ def test_the_request_in_words_is_what_a_keyed_teacher_description_restates():
     for status in ("succeeded", "failed"):
         said = describe(spec, "rebook", args, status, "no seat", random.Random(0), "keyed")
         assert words in said and said.index("rebook") < said.index(words.split(" with ", 1)[1])
+
+
+def test_free_text_comes_after_the_values_a_description_must_name():
+    """The words line names the short values (ids, amounts, codes) in key order, then free text: a copy
+    that loses its way in a sentence has named every value the description check needs first."""
+    call = {
+        "call_id": "call_1", "tool": "post_status_update", "status": "succeeded", "result": {},
+        "arguments": {"message": "A fix is deployed; we are monitoring.", "incident_id": "INC-7", "status": "monitoring",
+                      "note": "x" * 60, "amount": 2.5, "notify": True},
+    }  # fmt: skip
+    words = call_text(1, call).split("\nAsked: ", 1)[1].split("\n", 1)[0]
+    assert words == (
+        "post_status_update with amount 2.5, incident_id INC-7, notify true, status monitoring, "
+        f"message A fix is deployed; we are monitoring., note {'x' * 60}"
+    )
+    # the JSON line keeps every key in sorted order
+    assert 'Arguments of call 1: {"amount": 2.5, "incident_id": "INC-7", "message": "A fix' in call_text(1, call)
