@@ -12,6 +12,7 @@ import pytest
 from data_prep.integrity import seal_run, verify_run
 from data_prep.reconcile import description_names_values, expected_label, reconcile
 from data_prep.records import Run, iter_runs, load_schema
+from data_prep.sft.render import arguments_in_words
 from data_prep.synthetic import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
 from data_prep.synthetic.config import HAZARDS, LEDGER_SABOTAGE, WRITER_ERRORS
 from data_prep.synthetic.episode import build_run, make_context
@@ -212,9 +213,9 @@ def test_faithful_descriptions_name_every_value(corpus):
             assert description_names_values(e["description"], c["arguments"]), e
 
 
-def test_keyed_descriptions_name_each_argument_in_the_calls_order_and_natural_ones_differ_only_there():
-    """The default (keyed) teacher restates each call's arguments as ``key value`` in the call's
-    order; the natural style draws the same random numbers, so its corpus differs in descriptions only."""
+def test_keyed_descriptions_name_each_argument_as_the_call_view_words_them_and_natural_ones_differ_only_there():
+    """The default (keyed) teacher restates each call's arguments as ``key value``, as the call view's
+    words line has them (the values to name in key order, free text after them); the natural style draws the same random numbers, so its corpus differs in descriptions only."""
     keyed = list(iter_runs_generated(SynthConfig(runs=40, seed=5)))
     natural = list(iter_runs_generated(SynthConfig(runs=40, seed=5, description_style="natural")))
     checked = 0
@@ -233,7 +234,9 @@ def test_keyed_descriptions_name_each_argument_in_the_calls_order_and_natural_on
             args = c["arguments"]
             said = ek["description"].split(" with ", 1)[1]
             at = [said.find(f"{key} ") for key in sorted(args)]
-            assert -1 not in at and at == sorted(at), ek["description"]
+            assert -1 not in at and arguments_in_words(args) in ek["description"], ek["description"]
+            free = [key for key in args if isinstance(args[key], str) and " " in args[key]]
+            assert all(said.find(f"{f} ") > said.find(f"{key} ") for f in free for key in args if key not in free)
             assert description_names_values(ek["description"], args)
             assert ek["description"] != en["description"]
             checked += 1
