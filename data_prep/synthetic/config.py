@@ -141,8 +141,8 @@ class SynthConfig:
     description_style: str = field(
         default="keyed",
         metadata={
-            "help": "how the teacher writer words a description: keyed (every argument as `key value`, in "
-            "the call's order) or natural (a phrase per tool, which a student cannot know for a held-out "
+            "help": "how the teacher writer words a description: keyed (every argument as `key value`, as "
+            "the call view words them) or natural (a phrase per tool, which a student cannot know for a held-out "
             "family's tools)"
         },
     )
