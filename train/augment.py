@@ -109,7 +109,7 @@ def _key_words(row: dict, tools: list[str]) -> dict[str, None]:
     tool_parts = {p for t in tools for p in t.split("_")}
     words: dict[str, None] = {}
     for key in call_keys(row):
-        if key in _PROTOCOL_WORDS or not _KEY.fullmatch(key) or _word(re.escape(key)).search(system):
+        if not _renameable(key, _PROTOCOL_WORDS, system):
             continue
         for p in key.split("_"):
             if p not in KEY_PARTS_KEPT and (p in tool_parts or p + "s" in tool_parts):
@@ -249,6 +249,12 @@ KEY_PARTS_KEPT = frozenset({"id"})
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
+def _renameable(key: str, keep: frozenset[str] | set[str], system: str) -> bool:
+    """An argument key the augmentation may respell: an identifier, not kept, not a word of the
+    system prompt (whose words, the protocol and the layout, never change)."""
+    return key not in keep and bool(_KEY.fullmatch(key)) and not _word(re.escape(key)).search(system)
+
+
 def call_keys(row: dict) -> list[str]:
     """The argument keys of the calls an example shows, in order of appearance."""
     seen: dict[str, None] = {}
@@ -279,7 +285,7 @@ def _keys_renamed(row: dict, keys: list[str], rng: random.Random) -> dict:
     fresh: dict[str, str] = {}
     runs: dict[str, str] = {}
     for key in keys:
-        if key in keep or not _KEY.fullmatch(key) or _word(re.escape(key)).search(system):
+        if not _renameable(key, keep, system):
             continue
         name = "_".join(p if p in kept_parts else _respell(p, runs, rng) for p in key.split("_"))
         if name != key and name not in fresh.values() and name not in keys and name not in text:
