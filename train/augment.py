@@ -132,7 +132,10 @@ def _renamed(row: dict, tools: list[str], rng: random.Random, varied: bool) -> d
             if name not in fresh.values() and name not in tools and name not in text:
                 break
         fresh[tool] = name
+    system = "\n".join(m["content"] for m in row["messages"] if m["role"] == "system")
     for key in call_keys(row) if shared else ():
+        if not _renameable(key, _PROTOCOL_WORDS, system):
+            continue  # a protocol word (`status`) or a word of the system prompt keeps its spelling
         new = "_".join(shared.get(p, p) for p in key.split("_"))
         if new != key and new not in text and new not in fresh.values():
             fresh[key] = new

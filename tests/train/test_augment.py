@@ -206,6 +206,27 @@ def test_a_word_a_tool_and_a_key_share_gets_one_spelling_in_both():
     assert in_silence >= 24 and in_list >= 24
 
 
+def test_a_shared_word_never_respells_a_protocol_key():
+    """A key ``status`` is the call view's own word (``status: succeeded``); a shared ``status`` of
+    another key (``status_code`` beside ``set_status``) respells that key, never ``status``."""
+    call = {"call_id": "call_0a1b2c3d4e5f", "tool": "set_status", "status": "succeeded", "result": {},
+            "arguments": {"status": "open", "status_code": "S-4"}}  # fmt: skip
+    row = {
+        "task": "writer_action",
+        "id": "p",
+        "messages": [
+            {"role": "system", "content": "Log every call."},
+            {"role": "user", "content": f"Tools:\n- set_status: Set it.\n\n{call_text(1, call)}"},
+            {"role": "assistant", "content": "{}"},
+        ],
+    }
+    for seed in range(10):
+        (out,) = rename_tools([row], seed=seed, share=1.0)
+        text = out["messages"][1]["content"]
+        assert "status: succeeded" in text and '"status": "open"' in text
+        assert "status_code" not in text and "set_status" not in text
+
+
 def test_key_renaming_alone_keeps_the_word_a_tool_spells():
     (out,) = rename_keys([alert_row("k")], seed=0, share=1.0)
     text = "\n".join(m["content"] for m in out["messages"])
