@@ -23,6 +23,7 @@ import string
 from functools import partial
 
 from data_prep.reconcile import salient_values
+from data_prep.sft.render import key_in_words
 
 AUGMENTED_TASKS = ("writer_action",)
 KEEP = frozenset({"log_action"})  # the logging tool is part of the protocol, not of a family
@@ -138,7 +139,7 @@ def _renamed(row: dict, tools: list[str], rng: random.Random, varied: bool) -> d
             continue  # a protocol word (`status`) or a word of the system prompt keeps its spelling
         new = "_".join(shared.get(p, p) for p in key.split("_"))
         if new != key and new not in text and new not in fresh.values():
-            fresh[key] = new
+            _add_key(fresh, key, new)
     alt = "|".join(map(re.escape, sorted(fresh, key=lambda k: (-len(k), k))))
     pattern = re.compile(rf"(?<![A-Za-z0-9_])({alt})(?![A-Za-z0-9_])")
     messages = [{**m, "content": pattern.sub(lambda x: fresh[x.group(1)], m["content"])} for m in row["messages"]]
@@ -258,6 +259,14 @@ def _renameable(key: str, keep: frozenset[str] | set[str], system: str) -> bool:
     return key not in keep and bool(_KEY.fullmatch(key)) and not _word(re.escape(key)).search(system)
 
 
+def _add_key(fresh: dict[str, str], key: str, new: str) -> None:
+    """Rename ``key`` to ``new``, and the key as the words line and the descriptions spell it
+    (``account id``, ``key_in_words``) alike."""
+    fresh[key] = new
+    if "_" in key:
+        fresh[key_in_words(key)] = key_in_words(new)
+
+
 def call_keys(row: dict) -> list[str]:
     """The argument keys of the calls an example shows, in order of appearance."""
     seen: dict[str, None] = {}
@@ -292,7 +301,7 @@ def _keys_renamed(row: dict, keys: list[str], rng: random.Random) -> dict:
             continue
         name = "_".join(p if p in kept_parts else _respell(p, runs, rng) for p in key.split("_"))
         if name != key and name not in fresh.values() and name not in keys and name not in text:
-            fresh[key] = name
+            _add_key(fresh, key, name)
     if not fresh:
         return row
     alt = "|".join(map(re.escape, sorted(fresh, key=lambda k: (-len(k), k))))

@@ -24,7 +24,7 @@ from data_prep.reconcile import salient_values
 # rebuilt (2: answers in the prompt's field order; the call's identity right before the answer;
 # 6: the call as a tool call in JSON, in the entry's field order; 8: the outcome before the
 # description, the arguments on a line of their own above the words line; 9: free text last in words).
-RENDER_VERSION = "ledgerwright-render/9"
+RENDER_VERSION = "ledgerwright-render/10"
 PROMPT_FILES = {
     "writer_action": "writer_action.md",
     "reader_verdict": "reader_verdict.md",
@@ -113,7 +113,7 @@ def task_text(run: dict) -> str:
 
 def call_text(seq: int, call: dict) -> str:
     """One executed call as the writer sees it: what the environment returned, the call's arguments as
-    JSON, the request in words (``Asked: get_incident with incident_id INC-5110``), its status, then the
+    JSON, the request in words (``Asked: get_incident with incident id INC-5110``), its status, then the
     call line (id and tool, as JSON). The entry starts with the call line's two fields in the same
     layout, so the id and the tool are copied token by token from the line just above (the tiny base's
     copy match finds them); its outcome is the status two lines up; a description that restates the
@@ -144,7 +144,15 @@ def arguments_in_words(args: Any) -> str:
     if not args:
         return "with no arguments"
     order = sorted(args, key=lambda k: (_free_text(args[k]), k))
-    return "with " + ", ".join(f"{k} {_spelled(args[k])}" for k in order)
+    return "with " + ", ".join(f"{key_in_words(k)} {_spelled(args[k])}" for k in order)
+
+
+def key_in_words(key: str) -> str:
+    """An argument key as words (``account_id`` -> ``account id``). Spelled with underscores, the keys
+    that end alike (``account_id``, ``template_id``) end in the same three tokens (``_``, ``id``, a
+    space), and a copy that matches the last three tokens takes the later key's value; as words the
+    key's own word stays in the window, and so does the value before a separator (``624.63, fare``)."""
+    return key.replace("_", " ")
 
 
 def _free_text(value: Any) -> bool:

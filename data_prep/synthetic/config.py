@@ -11,7 +11,8 @@ from data_prep.yaml_config import apply_flags
 
 GENERATOR_NAME = "ledgerwright-synth"
 # 1.1.0: keyed descriptions name the values before free text (data_prep.sft.render.arguments_in_words)
-GENERATOR_VERSION = "1.1.0"
+# 1.2.0: keyed descriptions spell the keys as words (data_prep.sft.render.key_in_words)
+GENERATOR_VERSION = "1.2.0"
 
 FAMILIES = (
     "procurement-payment-change-triage",

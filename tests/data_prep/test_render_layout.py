@@ -92,8 +92,8 @@ def test_free_text_comes_after_the_values_a_description_must_name():
     }  # fmt: skip
     words = call_text(1, call).split("\nAsked: ", 1)[1].split("\n", 1)[0]
     assert words == (
-        "post_status_update with amount 2.5, incident_id INC-7, notify true, status monitoring, "
+        "post_status_update with amount 2.5, incident id INC-7, notify true, status monitoring, "
         f"message A fix is deployed; we are monitoring., note {'x' * 60}"
     )
-    # the JSON line keeps every key in sorted order
+    # keys are spelled as words there (the tool keeps its name); the JSON line keeps every key, sorted
     assert 'Arguments of call 1: {"amount": 2.5, "incident_id": "INC-7", "message": "A fix' in call_text(1, call)

@@ -12,7 +12,7 @@ import pytest
 from data_prep.integrity import seal_run, verify_run
 from data_prep.reconcile import description_names_values, expected_label, reconcile
 from data_prep.records import Run, iter_runs, load_schema
-from data_prep.sft.render import arguments_in_words
+from data_prep.sft.render import arguments_in_words, key_in_words
 from data_prep.synthetic import SynthConfig, generate_corpus, iter_policy_cases, iter_runs_generated
 from data_prep.synthetic.config import HAZARDS, LEDGER_SABOTAGE, WRITER_ERRORS
 from data_prep.synthetic.episode import build_run, make_context
@@ -233,10 +233,15 @@ def test_keyed_descriptions_name_each_argument_as_the_call_view_words_them_and_n
                 continue
             args = c["arguments"]
             said = ek["description"].split(" with ", 1)[1]
-            at = [said.find(f"{key} ") for key in sorted(args)]
+            at = [said.find(f"{key_in_words(key)} ") for key in sorted(args)]
             assert -1 not in at and arguments_in_words(args) in ek["description"], ek["description"]
             free = [key for key in args if isinstance(args[key], str) and " " in args[key]]
-            assert all(said.find(f"{f} ") > said.find(f"{key} ") for f in free for key in args if key not in free)
+            assert all(
+                said.find(f"{key_in_words(f)} ") > said.find(f"{key_in_words(key)} ")
+                for f in free
+                for key in args
+                if key not in free
+            )
             assert description_names_values(ek["description"], args)
             assert ek["description"] != en["description"]
             checked += 1

@@ -132,7 +132,7 @@ def keyed_row(rid="k1"):
     """A writer example whose keyed descriptions restate the call's keys and values, with tools that
     share no word with a key."""
     row = value_row(rid)
-    row["messages"][2]["content"] = row["messages"][2]["content"].replace("to look up user U-7310", "with user_id U-7310")
+    row["messages"][2]["content"] = row["messages"][2]["content"].replace("to look up user U-7310", "with user id U-7310")
     tools = {"get_user": "lookup_person", "grant_role": "give_access"}
     for m in row["messages"]:
         m["content"] = re.sub(r"get_user|grant_role", lambda x: tools[x.group()], m["content"])
@@ -144,11 +144,13 @@ def test_argument_keys_are_renamed_alike_in_every_turn_and_the_protocol_words_st
     assert call_keys(row) == ["user_id", "role", "status"]
     (out,) = rename_keys([row], seed=0, share=1.0)
     text = "\n".join(m["content"] for m in out["messages"][1:])
-    assert "user_id" not in text and '"role"' not in text
+    assert "user_id" not in text and "user id" not in text and '"role"' not in text
     new = re.search(r'Arguments of call 1: \{"([a-z_]+)": "U-7310"\}', out["messages"][1]["content"]).group(1)
     assert new not in {"user_id", "role"} and "manager_id" in text  # only the calls' argument keys
-    assert f"Asked: lookup_person with {new} U-7310" in out["messages"][1]["content"]
-    assert f"Called lookup_person with {new} U-7310; it succeeded." in out["messages"][2]["content"]
+    # the words line and the description spell the new key as words, like the built one
+    words = new.replace("_", " ")
+    assert f"Asked: lookup_person with {words} U-7310" in out["messages"][1]["content"]
+    assert f"Called lookup_person with {words} U-7310; it succeeded." in out["messages"][2]["content"]
     # the protocol's words, tools, values and the system prompt stay; the key `status` is the call view's word
     assert out["messages"][0] == row["messages"][0]
     for kept in ('"status": "open"', "status: succeeded", '"tool": "give_access"', '"call_id": "call_1a1b2c3d4e5f"'):
@@ -181,7 +183,7 @@ def alert_row(rid: str) -> dict:
             {"role": "user", "content": f"{task}\n\nThe run starts.\n\n{call_text(1, listed)}"},
             {"role": "assistant", "content": "{}"},
             {"role": "user", "content": call_text(2, silenced)},
-            {"role": "assistant", "content": entry + '"description": "Ran silence_alert with alert_id ALR-4191."}'},
+            {"role": "assistant", "content": entry + '"description": "Ran silence_alert with alert id ALR-4191."}'},
         ],
     }
 
@@ -193,11 +195,11 @@ def test_a_word_a_tool_and_a_key_share_gets_one_spelling_in_both():
         text = "\n".join(m["content"] for m in out["messages"])
         key = re.search(r'Arguments of call 2: \{"([a-z_]+)": "ALR-4191"', text).group(1)
         word = key.removesuffix("_id")
-        assert key.endswith("_id") and word != "alert" and "alert_id" not in text
+        assert key.endswith("_id") and word != "alert" and "alert_id" not in text and "alert id" not in text
         # the key is one spelling wherever it stands: a result, the words line, the description
         assert f'"{key}": "ALR-4191"' in out["messages"][1]["content"]
-        assert f"with {key} ALR-4191, " in out["messages"][3]["content"]
-        assert f"with {key} ALR-4191." in out["messages"][4]["content"]
+        assert f"with {word} id ALR-4191, " in out["messages"][3]["content"]
+        assert f"with {word} id ALR-4191." in out["messages"][4]["content"]
         listing, silence = tool_names(out)
         assert "alert" not in listing + silence
         in_list += f"{word}s" in listing.split("_")
